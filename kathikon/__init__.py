@@ -1,0 +1,92 @@
+"""Kathikon: durable, database-backed background jobs for Django.
+
+    import kathikon
+
+    class SendWelcome(kathikon.Worker):
+        queue = "emails"
+
+        def perform(self, job):
+            send_welcome(job.args["user_id"])
+
+    kathikon.insert(SendWelcome, {"user_id": 42})
+
+The names that touch the database (``insert``, ``fetch``, ``Job``, …) load on
+first use, so ``import kathikon`` is safe before Django's apps are ready
+(e.g. in a module that defines workers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kathikon.backoff import backoff_seconds
+from kathikon.exceptions import (
+    ActionNotAllowed,
+    BatchClosed,
+    BatchNotFound,
+    CronNotFound,
+    InvalidJob,
+    InvalidQueue,
+    InvalidSchedule,
+    InvalidState,
+    JobExecuting,
+    JobNotFound,
+    KathikonError,
+)
+from kathikon.states import JobState
+from kathikon.workers import Discard, Retry, Snooze, Worker
+
+if TYPE_CHECKING:
+    from kathikon.api import (
+        InsertResult,
+        all,
+        cancel,
+        claim,
+        claim_available,
+        dead_jobs,
+        fetch,
+        history,
+        insert,
+        insert_many,
+        pause_queue,
+        rerun,
+        resume_queue,
+        retry,
+        schedule,
+        start_queue,
+        status,
+    )
+    from kathikon.models import Job
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    **{name: "kathikon.api" for name in (
+        "InsertResult", "all", "cancel", "claim", "claim_available", "dead_jobs", "fetch",
+        "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue", "retry",
+        "schedule", "start_queue", "status",
+    )},
+    "Job": "kathikon.models",
+    "Batch": "kathikon.batch",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kathikon' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
+    "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
+    "JobExecuting", "JobNotFound", "JobState", "KathikonError", "Retry", "Snooze", "Worker",
+    "__version__", "all", "backoff_seconds", "cancel", "claim", "claim_available",
+    "dead_jobs", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun",
+    "resume_queue", "retry", "schedule", "start_queue", "status",
+]

@@ -1,0 +1,214 @@
+"""The public API: enqueue, inspect and steer jobs and queues.
+
+Every function goes through ``kathikon.storage``; errors are the typed
+exceptions of ``kathikon.exceptions``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kathikon import signals, storage
+from kathikon.exceptions import InvalidJob, KathikonError
+from kathikon.jobspec import build_row, worker_class
+from kathikon.models import Job, Queue
+from kathikon.states import JobState
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """What ``insert_many`` did: how many jobs, their ids (hex), and the specs it refused."""
+
+    inserted: int
+    ids: list[str] = field(default_factory=list)
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None = None,
+           priority: int | None = None, max_attempts: int | None = None,
+           schedule_in: float | dt.timedelta | None = None,
+           schedule_at: dt.datetime | None = None, **extra: Any) -> Job:
+    """Enqueue one job; inside ``transaction.atomic()`` it commits or rolls back with you.
+
+    Raises ``InvalidJob`` (naming the bad key) and inserts nothing on bad input.
+    """
+    options = {"queue": queue, "priority": priority, "max_attempts": max_attempts,
+               "schedule_in": schedule_in, "schedule_at": schedule_at, **extra}
+    row = build_row(worker, args, options)
+    job = storage.insert_job(row)
+    _, cls = worker_class(row.worker)
+    signals.send(signals.job_inserted, cls, job=job)
+    return job
+
+
+def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> InsertResult:
+    """Enqueue many jobs with one statement per chunk; bad specs are reported, good ones inserted.
+
+    A spec is ``(worker, args)`` or ``(worker, args, options)``.
+    """
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InvalidJob("chunk_size must be an int >= 1", key="chunk_size")
+    rows, errors = [], []
+    now = storage.vendor.now()
+    for index, spec in enumerate(specs):
+        try:
+            worker, args, options = _unpack(spec)
+            rows.append(build_row(worker, args, options, now))
+        except InvalidJob as exc:
+            errors.append((index, str(exc)))
+    storage.insert_jobs(rows, chunk_size=chunk_size)
+    for row in rows:
+        _, cls = worker_class(row.worker)
+        if signals.job_inserted.has_listeners(cls):
+            signals.send(signals.job_inserted, cls, job=row.to_job())
+    return InsertResult(inserted=len(rows), ids=[row.id.hex for row in rows], errors=errors)
+
+
+def _unpack(spec: Any) -> tuple[Any, Any, dict[str, Any]]:
+    if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
+        raise InvalidJob("a spec is (worker, args) or (worker, args, options)", key="spec")
+    options = spec[2] if len(spec) == 3 else {}
+    if not isinstance(options, dict):
+        raise InvalidJob("a spec's options must be a dict", key="options")
+    return spec[0], spec[1], options
+
+
+def fetch(job_id: object) -> Job:
+    """The job with that id (hex string or UUID); ``JobNotFound`` otherwise."""
+    return storage.fetch_job(job_id)
+
+
+def all() -> list[Job]:
+    """Every job, oldest first (tests and debugging)."""
+    return storage.all_jobs()
+
+
+def cancel(job_id: object) -> Job:
+    """Cancel a pending job; ``JobExecuting`` while it runs, ``InvalidState`` once terminal."""
+    job = storage.cancel_job(job_id)
+    signals.send(signals.job_cancelled, _sender(job), job=job)
+    return job
+
+
+def retry(job_id: object) -> Job:
+    """Put the same job back to available now (from scheduled, retryable, dead, cancelled,
+    completed)."""
+    return storage.retry_job(job_id)
+
+
+def rerun(job_id: object) -> Job:
+    """A new job copied from a completed, dead or cancelled one."""
+    job = storage.rerun_job(job_id)
+    signals.send(signals.job_inserted, _sender(job), job=job)
+    return job
+
+
+def dead_jobs(queue: str | None = None) -> list[Job]:
+    """Dead jobs, most recent first, optionally of one queue."""
+    return storage.dead_jobs(queue)
+
+
+def status(job_id: object) -> dict[str, Any]:
+    """A job's state and counters as a plain dict."""
+    job = storage.fetch_job(job_id)
+    last_error = job.errors[-1] if job.errors else None
+    return {
+        "id": job.id.hex, "state": job.state, "queue": job.queue, "worker": job.worker,
+        "attempts": job.attempts, "max_attempts": job.max_attempts, "priority": job.priority,
+        "inserted_at": job.inserted_at, "scheduled_at": job.scheduled_at,
+        "available_at": job.available_at, "started_at": job.started_at,
+        "completed_at": job.completed_at, "cancelled_at": job.cancelled_at,
+        "errors": len(job.errors), "last_error": last_error and last_error.get("message"),
+        "attempted_by": job.attempted_by or None,
+    }
+
+
+def history(job_id: object) -> list[dict[str, Any]]:
+    """A job's events, oldest first: derived from its row, plus stored exceptional events."""
+    from kathikon.timeline import job_history
+
+    job = storage.fetch_job(job_id)
+    return job_history(job, storage.events_for(job.id))
+
+
+def claim(job_id: object, *, node: str | None = None) -> Job:
+    """Claim one job for an external runner (state ``claimed``); see ``claim_available``."""
+    return storage.claim_job(job_id, node or default_node())
+
+
+def claim_available(queue: str = "default", *, node: str | None = None) -> Job | None:
+    """Claim the best due job of ``queue`` (state ``claimed``), or ``None``."""
+    storage.queues.validate_name(queue)
+    jobs = storage.claim_jobs(queue, 1, node or default_node(), into=JobState.CLAIMED)
+    return jobs[0] if jobs else None
+
+
+def start_queue(name: str) -> Queue:
+    """Make sure the queue exists and is not paused; running workers pick it up."""
+    storage.ensure_queue(name)
+    if storage.set_paused(name, False):
+        signals.send(signals.queue_resumed, Queue, queue=name)
+    return storage.queue_rows()[name]
+
+
+def pause_queue(name: str) -> None:
+    """Stop claiming from ``name`` on every node; running jobs finish."""
+    if storage.set_paused(name, True):
+        signals.send(signals.queue_paused, Queue, queue=name)
+
+
+def resume_queue(name: str) -> None:
+    """Claim from ``name`` again (at once on PostgreSQL)."""
+    if storage.set_paused(name, False):
+        signals.send(signals.queue_resumed, Queue, queue=name)
+
+
+def schedule(worker: Any, args: dict[str, Any] | None = None, *, at: dt.datetime | None = None,
+             in_seconds: float | None = None, cron: str | None = None, **options: Any) -> str:
+    """Run once ``at`` a time or ``in_seconds``, or on a ``cron`` expression.
+
+    Returns the job id (hex) for one-time jobs, the cron schedule id for ``cron``.
+    """
+    given = [name for name, value in (("at", at), ("in_seconds", in_seconds), ("cron", cron))
+             if value is not None]
+    if len(given) != 1:
+        raise InvalidJob("give exactly one of at=, in_seconds= or cron=", key="schedule")
+    if cron is not None:
+        from kathikon import cron as cron_api
+
+        return cron_api.insert(worker, args, cron=cron, **options).id.hex
+    if at is not None:
+        if not isinstance(at, dt.datetime):
+            raise InvalidJob(f"at must be an aware datetime, not {at!r}", key="at")
+        return insert(worker, args, schedule_at=at, **options).id.hex
+    if (isinstance(in_seconds, bool) or not isinstance(in_seconds, (int, float))
+            or in_seconds < 0):
+        raise InvalidJob(f"in_seconds must be a number >= 0, not {in_seconds!r}",
+                         key="in_seconds")
+    return insert(worker, args, schedule_in=in_seconds, **options).id.hex
+
+
+def default_node() -> str:
+    """This process's node name: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _sender(job: Job) -> type:
+    try:
+        return worker_class(job.worker)[1]
+    except KathikonError:
+        from kathikon.workers import Worker
+
+        return Worker
+
+
+__all__ = [
+    "InsertResult", "all", "cancel", "claim", "claim_available", "dead_jobs", "fetch",
+    "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue", "retry",
+    "schedule", "start_queue", "status",
+]

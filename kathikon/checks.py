@@ -1,0 +1,27 @@
+"""System checks: bad ``settings.KATHIKON`` is reported at deploy time with a hint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from kathikon import conf
+
+
+@checks.register(checks.Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = [
+        checks.Error(problem.message, hint=problem.hint, id=problem.id)
+        for problem in conf.load().problems
+    ]
+    alias = getattr(settings, "KATHIKON", {}) if isinstance(
+        getattr(settings, "KATHIKON", {}), dict) else {}
+    for key in ("DATABASE", "LISTEN_DATABASE"):
+        name = alias.get(key)
+        if isinstance(name, str) and name not in settings.DATABASES:
+            messages.append(checks.Error(
+                f"KATHIKON[{key!r}] names the database {name!r}, which is not in DATABASES.",
+                hint=f"Known aliases: {', '.join(settings.DATABASES)}.", id="kathikon.E008"))
+    return messages

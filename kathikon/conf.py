@@ -1,0 +1,263 @@
+"""Kathikon's settings: one frozen, validated object built from ``settings.KATHIKON``.
+
+Readers (``conf.queues()``, ``conf.concurrency("emails")``, …) return the
+effective values; problems are reported by the system checks in
+``kathikon.checks`` and make the readers raise ``ImproperlyConfigured``.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+
+DEFAULTS: dict[str, Any] = {
+    "QUEUES": {"default": {"concurrency": 10}},
+    "POLL_INTERVAL": 1.0,
+    "SCHEDULER_INTERVAL": 1.0,
+    "PRUNE_INTERVAL": 60,
+    "RETENTION_PERIOD": 7 * 86400,
+    "MAX_ATTEMPTS": 20,
+    "TIMEZONE": None,
+    "RESULT_STORAGE": "store",
+    "DATABASE": "default",
+    "HEARTBEAT_INTERVAL": 5,
+    "RESCUE_AFTER": 60,
+    "SHUTDOWN_GRACE_PERIOD": 30,
+    "CRON": [],
+    # Beyond SPEC §2 (documented in docs/settings.md):
+    "LISTEN_DATABASE": None,  # a direct (non-PgBouncer) alias for LISTEN; None = DATABASE
+    "ALLOW_DESTRUCTIVE_ACTIONS": True,  # dashboard/ops retry, cancel, rerun, pause, prune
+    "TESTING_MODE": None,  # None (normal), "inline" or "manual": see kathikon.testing
+}
+POSITIVE_NUMBERS = (
+    "POLL_INTERVAL", "SCHEDULER_INTERVAL", "PRUNE_INTERVAL", "RETENTION_PERIOD",
+    "HEARTBEAT_INTERVAL", "RESCUE_AFTER",
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with ``settings.KATHIKON``; ``id`` is the system check id."""
+
+    id: str
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration; build with :func:`load`."""
+
+    values: dict[str, Any]
+    problems: tuple[Problem, ...] = field(default=())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+
+def _problems(raw: Any) -> list[Problem]:
+    if not isinstance(raw, dict):
+        return [Problem("kathikon.E001", "settings.KATHIKON must be a dict.",
+                        "Set KATHIKON = {...} with the keys listed in docs/settings.md.")]
+    found: list[Problem] = []
+    for key in raw:
+        if key not in DEFAULTS:
+            found.append(Problem("kathikon.E002", f"Unknown key KATHIKON[{key!r}].",
+                                 "Check the spelling; docs/settings.md lists every key."))
+    values = {**DEFAULTS, **raw}
+    found += _queue_problems(values["QUEUES"])
+    for key in POSITIVE_NUMBERS:
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            found.append(Problem("kathikon.E004", f"KATHIKON[{key!r}] must be a number > 0, "
+                                 f"not {value!r}.", "Give a duration in seconds."))
+    grace = values["SHUTDOWN_GRACE_PERIOD"]
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        found.append(Problem("kathikon.E004", "KATHIKON['SHUTDOWN_GRACE_PERIOD'] must be a "
+                             f"number >= 0, not {grace!r}.", "Give a duration in seconds."))
+    attempts = values["MAX_ATTEMPTS"]
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        found.append(Problem("kathikon.E005", f"KATHIKON['MAX_ATTEMPTS'] must be an int >= 1, "
+                             f"not {attempts!r}.", "Use 1 to never retry."))
+    if values["RESULT_STORAGE"] not in ("store", "discard"):
+        found.append(Problem("kathikon.E006", "KATHIKON['RESULT_STORAGE'] must be 'store' or "
+                             f"'discard', not {values['RESULT_STORAGE']!r}.",
+                             "'discard' keeps no return values."))
+    found += _timezone_problems(values["TIMEZONE"])
+    if not isinstance(values["DATABASE"], str):
+        found.append(Problem("kathikon.E008", "KATHIKON['DATABASE'] must be a database alias.",
+                             "Name a key of settings.DATABASES."))
+    if values["LISTEN_DATABASE"] is not None and not isinstance(values["LISTEN_DATABASE"], str):
+        found.append(Problem("kathikon.E008", "KATHIKON['LISTEN_DATABASE'] must be a database "
+                             "alias or None.", "Name a key of settings.DATABASES."))
+    if values["RESCUE_AFTER"] is not None and values["HEARTBEAT_INTERVAL"] is not None:
+        try:
+            if values["RESCUE_AFTER"] <= values["HEARTBEAT_INTERVAL"]:
+                found.append(Problem(
+                    "kathikon.E009", "KATHIKON['RESCUE_AFTER'] must be longer than "
+                    "HEARTBEAT_INTERVAL, or live nodes would be rescued.",
+                    "Use at least 3 heartbeats, e.g. RESCUE_AFTER = 60, HEARTBEAT_INTERVAL = 5."))
+        except TypeError:
+            pass  # already reported as a wrong type
+    if not isinstance(values["CRON"], (list, tuple)):
+        found.append(Problem("kathikon.E010", "KATHIKON['CRON'] must be a list of dicts.",
+                             "See docs/cron.md for static schedules."))
+    if values["TESTING_MODE"] not in (None, "inline", "manual"):
+        found.append(Problem("kathikon.E011", "KATHIKON['TESTING_MODE'] must be None, 'inline' "
+                             f"or 'manual', not {values['TESTING_MODE']!r}.",
+                             "See docs/testing.md."))
+    if not isinstance(values["ALLOW_DESTRUCTIVE_ACTIONS"], bool):
+        found.append(Problem("kathikon.E012", "KATHIKON['ALLOW_DESTRUCTIVE_ACTIONS'] must be "
+                             "True or False.", "True lets the dashboard and CLI change jobs."))
+    return found
+
+
+def _queue_problems(queues: Any) -> list[Problem]:
+    if not isinstance(queues, dict) or not queues:
+        return [Problem("kathikon.E003", "KATHIKON['QUEUES'] must be a non-empty dict of "
+                        "queue name → options.", 'Example: {"default": {"concurrency": 10}}.')]
+    found = []
+    for name, options in queues.items():
+        if not isinstance(name, str) or not QUEUE_NAME.match(name):
+            found.append(Problem("kathikon.E003", f"Bad queue name {name!r}.",
+                                 "Use letters, digits, '_', '-' and '.', at most 63."))
+            continue
+        if not isinstance(options, dict) or set(options) - {"concurrency"}:
+            found.append(Problem("kathikon.E003", f"KATHIKON['QUEUES'][{name!r}] must be a dict "
+                                 "with the key 'concurrency' only.",
+                                 'Example: {"concurrency": 5}.'))
+            continue
+        concurrency = options.get("concurrency", 10)
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            found.append(Problem("kathikon.E003", f"Queue {name!r}: concurrency must be an int "
+                                 f">= 1, not {concurrency!r}.", "Pause a queue instead of 0."))
+    return found
+
+
+def _timezone_problems(tz: Any) -> list[Problem]:
+    if tz is None:
+        return []
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        return [Problem("kathikon.E007", f"KATHIKON['TIMEZONE'] {tz!r} is not an IANA "
+                        "timezone.", "Example: 'Europe/Berlin'; None uses settings.TIME_ZONE.")]
+    return []
+
+
+def load() -> Settings:
+    """Build the settings object from ``django.conf.settings`` (not cached)."""
+    from django.conf import settings as django_settings
+
+    raw = getattr(django_settings, "KATHIKON", {})
+    problems = tuple(_problems(raw))
+    values = {**DEFAULTS, **raw} if isinstance(raw, dict) else dict(DEFAULTS)
+    return Settings(values=values, problems=problems)
+
+
+_cached: Settings | None = None
+
+
+def get() -> Settings:
+    """The current settings; raises ``ImproperlyConfigured`` when they have problems."""
+    global _cached
+    if _cached is None:
+        _cached = load()
+    if _cached.problems:
+        first = _cached.problems[0]
+        raise ImproperlyConfigured(f"{first.id}: {first.message} {first.hint}")
+    return _cached
+
+
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    global _cached
+    if setting in ("KATHIKON", "TIME_ZONE"):
+        _cached = None
+
+
+setting_changed.connect(_reset, dispatch_uid="kathikon.conf.reset")
+
+
+def queues() -> dict[str, dict[str, Any]]:
+    return {name: {"concurrency": 10, **opts} for name, opts in get()["QUEUES"].items()}
+
+
+def queue_names() -> list[str]:
+    return list(get()["QUEUES"])
+
+
+def queue_config(name: str) -> dict[str, Any]:
+    return queues().get(name, {"concurrency": 10})
+
+
+def concurrency(name: str) -> int:
+    return int(queue_config(name)["concurrency"])
+
+
+def poll_interval() -> float:
+    return float(get()["POLL_INTERVAL"])
+
+
+def scheduler_interval() -> float:
+    return float(get()["SCHEDULER_INTERVAL"])
+
+
+def prune_interval() -> float:
+    return float(get()["PRUNE_INTERVAL"])
+
+
+def retention_period() -> float:
+    return float(get()["RETENTION_PERIOD"])
+
+
+def max_attempts() -> int:
+    return int(get()["MAX_ATTEMPTS"])
+
+
+def timezone() -> str:
+    from django.conf import settings as django_settings
+
+    return get()["TIMEZONE"] or django_settings.TIME_ZONE or "UTC"
+
+
+def result_storage() -> str:
+    return str(get()["RESULT_STORAGE"])
+
+
+def database() -> str:
+    return str(get()["DATABASE"])
+
+
+def listen_database() -> str:
+    return str(get()["LISTEN_DATABASE"] or get()["DATABASE"])
+
+
+def heartbeat_interval() -> float:
+    return float(get()["HEARTBEAT_INTERVAL"])
+
+
+def rescue_after() -> float:
+    return float(get()["RESCUE_AFTER"])
+
+
+def shutdown_grace_period() -> float:
+    return float(get()["SHUTDOWN_GRACE_PERIOD"])
+
+
+def cron() -> list[dict[str, Any]]:
+    return list(get()["CRON"])
+
+
+def allow_destructive_actions() -> bool:
+    return bool(get()["ALLOW_DESTRUCTIVE_ACTIONS"])
+
+
+def testing_mode() -> str | None:
+    return get()["TESTING_MODE"]

@@ -1,0 +1,58 @@
+"""Kathikon's typed errors: every public function raises one of these."""
+
+from __future__ import annotations
+
+
+class KathikonError(Exception):
+    """Base class for Kathikon errors."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class InvalidJob(KathikonError, ValueError):
+    """The job's worker, args or options are invalid."""
+
+    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class JobNotFound(KathikonError, LookupError):
+    """No job has that id."""
+
+
+class JobExecuting(KathikonError):
+    """The job is claimed or running and cannot be changed now."""
+
+
+class InvalidState(KathikonError):
+    """The job is in a state that does not allow this operation."""
+
+    def __init__(self, message: str | None = None, *, state: str | None = None) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class InvalidQueue(KathikonError, ValueError):
+    """Queue names are 1-63 letters, digits, '_', '-' or '.'."""
+
+
+class InvalidSchedule(KathikonError, ValueError):
+    """The cron expression, timezone or schedule options are invalid."""
+
+
+class BatchClosed(KathikonError):
+    """The batch is closed and takes no more jobs."""
+
+
+class BatchNotFound(KathikonError, LookupError):
+    """No batch has that id."""
+
+
+class CronNotFound(KathikonError, LookupError):
+    """No cron schedule has that id."""
+
+
+class ActionNotAllowed(KathikonError, PermissionError):
+    """Destructive operations are disabled; allow them to proceed."""

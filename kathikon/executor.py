@@ -1,0 +1,174 @@
+"""Internal: run one claimed job and turn what ``perform`` did into one fenced ack.
+
+``execute_job(job)`` is the one path from a claimed job to its outcome; the
+runtime uses its two halves, ``run_job`` (user code, no database writes) and
+``settle`` (one ``ack_jobs`` call for a whole batch of runs, then signals), so
+that a burst of completions costs one statement.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kathikon import conf, signals
+from kathikon.backoff import with_jitter
+from kathikon.exceptions import KathikonError
+from kathikon.jobspec import worker_class
+from kathikon.models import Job
+from kathikon.states import JobState
+from kathikon.storage import Ack, ack_jobs, start_job
+from kathikon.workers import Discard, Retry, Snooze, Worker
+
+logger = logging.getLogger("kathikon")
+
+
+class JobTimeout(Exception):
+    """The job ran longer than its worker's ``timeout``."""
+
+
+@dataclass(slots=True)
+class Execution:
+    """One run of a job: what happened, and the ack that records it."""
+
+    job: Job
+    kind: str  # completed | failed | discarded | snoozed
+    ack: Ack
+    worker: type[Worker]
+    exception: BaseException | None = None
+    duration: float = 0.0
+    queue_time: float = 0.0
+    written: bool = False
+
+
+def execute_job(job: Job) -> Execution:
+    """Run a claimed (or running) job and write its outcome; never raises for user errors."""
+    if job.state == JobState.CLAIMED and not start_job(job):
+        raise KathikonError(f"job {job.id.hex} was claimed by someone else since")
+    return settle([run_job(job)])[0]
+
+
+def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Execution:
+    """Call the worker's ``perform`` and classify the outcome (writes nothing)."""
+    started = time.perf_counter()
+    queue_time = _queue_time(job)
+    try:
+        _, cls = worker_class(job.worker)
+    except KathikonError as exc:
+        error = _error(job, exc, kind="kathikon.UnknownWorker",
+                       message=f"unknown worker {job.worker!r}: {exc}")
+        return Execution(job, "discarded", Ack(job, JobState.DEAD, error=error), Worker, exc,
+                         0.0, queue_time)
+    signals.send(signals.job_started, cls, job=job, queue_time=queue_time)
+    worker = cls()
+    try:
+        if invoke is not None:
+            outcome = invoke(worker, job)
+        else:
+            outcome = call_perform(worker, job, timeout if timeout is not None else cls.timeout)
+        if isinstance(outcome, (Retry, Discard, Snooze)):
+            raise outcome
+    except Snooze as snooze:
+        ack = Ack(job, JobState.SCHEDULED, delay=snooze.seconds, restore_attempt=True)
+        return Execution(job, "snoozed", ack, cls, snooze, _since(started), queue_time)
+    except Discard as discard:
+        ack = Ack(job, JobState.DEAD, error=_error(job, discard))
+        return Execution(job, "discarded", ack, cls, discard, _since(started), queue_time)
+    except Exception as exc:  # user code failed: that is data, never a crashed worker
+        return _failed(job, worker, exc, started, queue_time)
+    return Execution(job, "completed", Ack(job, JobState.COMPLETED, result=_storable(outcome)),
+                     cls, None, _since(started), queue_time)
+
+
+def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
+    """Call ``perform``; coroutines run on the process's event loop with ``timeout``."""
+    import inspect
+
+    if inspect.iscoroutinefunction(worker.perform):
+        from kathikon.runtime.loop import run_coroutine
+
+        return run_coroutine(worker.perform(job), timeout)
+    return worker.perform(job)
+
+
+def settle(executions: Sequence[Execution]) -> list[Execution]:
+    """Write every outcome with one ``ack_jobs`` call, then send the signals."""
+    written = ack_jobs([execution.ack for execution in executions])
+    for execution in executions:
+        execution.written = execution.job.id in written
+        if not execution.written:
+            logger.warning("kathikon: ack of job %s fenced off (rescued or changed since its "
+                           "claim); outcome %s dropped", execution.job.id.hex, execution.kind)
+            continue
+        _send_outcome(execution)
+    return list(executions)
+
+
+def _failed(job: Job, worker: Worker, exc: Exception, started: float,
+            queue_time: float) -> Execution:
+    duration = _since(started)
+    error = _error(job, exc)
+    if job.attempts >= job.max_attempts:
+        return Execution(job, "failed", Ack(job, JobState.DEAD, error=error), type(worker), exc,
+                         duration, queue_time)
+    delay = exc.in_seconds if isinstance(exc, Retry) and exc.in_seconds is not None else None
+    if delay is None:
+        try:
+            delay = with_jitter(float(worker.backoff(job)))
+        except Exception:
+            logger.exception("kathikon: %s.backoff() failed; using the default",
+                             type(worker).__name__)
+            delay = with_jitter(Worker.backoff(worker, job))
+    ack = Ack(job, JobState.RETRYABLE, error=error, delay=max(0.0, delay))
+    return Execution(job, "failed", ack, type(worker), exc, duration, queue_time)
+
+
+def _send_outcome(execution: Execution) -> None:
+    job, cls = execution.job, execution.worker
+    common = {"job": job, "duration": execution.duration, "queue_time": execution.queue_time}
+    if execution.kind == "completed":
+        signals.send(signals.job_completed, cls, result=job.result, **common)
+    elif execution.kind == "snoozed":
+        signals.send(signals.job_snoozed, cls, seconds=execution.ack.delay, **common)
+    elif execution.kind == "discarded":
+        signals.send(signals.job_discarded, cls, error=execution.ack.error, **common)
+    else:
+        retry_at = job.available_at if job.state == JobState.RETRYABLE else None
+        signals.send(signals.job_failed, cls, error=execution.ack.error,
+                     exception=execution.exception, retry_at=retry_at, **common)
+
+
+def _error(job: Job, exc: BaseException, *, kind: str | None = None,
+           message: str | None = None) -> dict[str, Any]:
+    return {
+        "attempt": job.attempts,
+        "at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "kind": kind or f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": message if message is not None else str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+
+
+def _storable(result: Any) -> Any:
+    if result is None or conf.result_storage() != "store":
+        return None
+    try:
+        return json.loads(json.dumps(result))
+    except (TypeError, ValueError):
+        return None
+
+
+def _queue_time(job: Job) -> float:
+    if job.started_at is None or job.available_at is None:
+        return 0.0
+    return max(0.0, (job.started_at - job.available_at).total_seconds())
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started

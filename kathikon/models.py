@@ -1,0 +1,243 @@
+"""Kathikon's tables: jobs, their exceptional events, queues, nodes, batches and cron schedules.
+
+Query sets hold named filters only; every state change goes through
+``kathikon.storage``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from kathikon.ids import new_id
+from kathikon.indexes import PartialIndex
+from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, TERMINAL_STATES, JobState
+
+__all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue"]
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def claimable(self, now: dt.datetime) -> JobQuerySet:
+        return self.filter(state__in=CLAIMABLE_STATES, available_at__lte=now)
+
+    def executing(self) -> JobQuerySet:
+        return self.filter(state__in=EXECUTING_STATES)
+
+    def terminal(self) -> JobQuerySet:
+        return self.filter(state__in=TERMINAL_STATES)
+
+    def dead(self) -> JobQuerySet:
+        return self.filter(state=JobState.DEAD)
+
+
+class Job(models.Model):
+    """A durable job: a worker, its args, and where it is in its life."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    queue = models.CharField(max_length=63, default="default")
+    worker = models.CharField(max_length=255)
+    args = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=10, choices=JobState.choices,
+                             default=JobState.AVAILABLE)
+    priority = models.SmallIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=20)
+    attempts = models.PositiveIntegerField(default=0)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    available_at = models.DateTimeField()
+    inserted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the job reached a terminal state.")
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    batch = models.ForeignKey("Batch", null=True, blank=True, on_delete=models.DO_NOTHING,
+                              db_constraint=False, related_name="jobs")
+    parent_job = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING,
+                                   db_constraint=False, related_name="children")
+    cron = models.ForeignKey("CronSchedule", null=True, blank=True, on_delete=models.DO_NOTHING,
+                             db_constraint=False, related_name="jobs")
+    attempted_by = models.CharField(max_length=255, blank=True, default="")
+    lease = models.BigIntegerField(default=0, help_text="Fencing token: bumped at every claim.")
+    meta = models.JSONField(default=dict, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The claim path: one queue, claimable states, best priority, oldest first.
+            PartialIndex(fields=["queue", "-priority", "available_at"],
+                         where=Q(state__in=["available", "retryable"]),
+                         name="kathikon_job_claim"),
+            # The promoter: scheduled jobs by due time.
+            PartialIndex(fields=["available_at"], where=Q(state="scheduled"),
+                         name="kathikon_job_promote"),
+            # The admin and reports: state filters in id (= insertion) order.
+            models.Index(fields=["state", "id"], name="kathikon_job_state"),
+            models.Index(fields=["queue", "state"], name="kathikon_job_queue_state"),
+            models.Index(fields=["worker", "state"], name="kathikon_job_worker_state"),
+            models.Index(fields=["inserted_at"], name="kathikon_job_inserted"),
+            # The pruner and "finished in the last hour" charts.
+            models.Index(fields=["completed_at"], name="kathikon_job_completed"),
+            # The lifeline: executing jobs by node.
+            PartialIndex(fields=["attempted_by"], where=Q(state__in=["claimed", "running"]),
+                         name="kathikon_job_executing"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(priority__gte=-100, priority__lte=100),
+                                   name="kathikon_job_priority_range"),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1),
+                                   name="kathikon_job_max_attempts"),
+            # Cron exactly-once: one job per schedule and tick (NULLs never clash).
+            models.UniqueConstraint(fields=["cron", "scheduled_at"],
+                                    name="kathikon_job_cron_tick"),
+        ]
+        permissions = [
+            ("retry_job", "Can retry jobs"),
+            ("cancel_job", "Can cancel jobs"),
+            ("rerun_job", "Can rerun jobs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker} {self.id.hex} [{self.state}]"
+
+    @property
+    def hex_id(self) -> str:
+        return self.id.hex
+
+    @classmethod
+    def build(cls, worker: Any, args: dict[str, Any] | None = None, **options: Any) -> Job:
+        """An unsaved, validated job (prefer ``kathikon.insert``)."""
+        from kathikon.jobspec import build_job
+
+        return build_job(worker, args, options)
+
+    def is_claimable(self, now: dt.datetime) -> bool:
+        """True when the job is available or retryable and due at ``now``."""
+        return self.state in CLAIMABLE_STATES and self.available_at <= now
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class JobEvent(models.Model):
+    """An exceptional event in a job's history (cancel, retry, rescue, rerun, admin action).
+
+    Ordinary events (inserted, started, completed, failed) are derived from the
+    job's own timestamps and errors, so a successful run writes no event row.
+    """
+
+    job_id = models.UUIDField(db_index=True)
+    kind = models.CharField(max_length=32)
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=255, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.job_id.hex} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Queue(models.Model):
+    """A queue's shared state: paused or not, and a concurrency override."""
+
+    name = models.CharField(max_length=63, primary_key=True)
+    paused = models.BooleanField(default=False)
+    concurrency = models.PositiveIntegerField(null=True, blank=True,
+                                              help_text="Overrides the settings for every node.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("pause_queue", "Can pause and resume queues")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """A worker process: its heartbeats let other nodes rescue its jobs if it vanishes."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        STOPPING = "stopping", "Stopping"
+        STOPPED = "stopped", "Stopped"
+
+    name = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(null=True, blank=True)
+    queues = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-heartbeat_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Batch(models.Model):
+    """Fan-out/fan-in: child jobs and a callback enqueued once they are all terminal."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        CLOSED = "closed", "Closed"
+        COMPLETED = "completed", "Completed"
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    parent_job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.DO_NOTHING,
+                                   db_constraint=False, related_name="batches")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    on_complete_worker = models.CharField(max_length=255, blank=True, default="")
+    on_complete_args = models.JSONField(default=dict, blank=True)
+    on_complete_options = models.JSONField(default=dict, blank=True)
+    callback_job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.DO_NOTHING,
+                                     db_constraint=False, related_name="+")
+    inserted_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-inserted_at"]
+        verbose_name_plural = "batches"
+
+    def __str__(self) -> str:
+        return f"batch {self.id.hex} [{self.status}]"
+
+
+class CronSchedule(models.Model):
+    """A recurring schedule: each due tick enqueues exactly one job."""
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    name = models.CharField(max_length=200, unique=True, null=True, blank=True,
+                            help_text="Set for static schedules from settings.KATHIKON['CRON'].")
+    worker = models.CharField(max_length=255)
+    args = models.JSONField(default=dict, blank=True)
+    expression = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    queue = models.CharField(max_length=63, blank=True, default="")
+    priority = models.SmallIntegerField(null=True, blank=True)
+    max_attempts = models.PositiveIntegerField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    static = models.BooleanField(default=False, help_text="Managed by settings; synced at start.")
+    last_fire_at = models.DateTimeField(null=True, blank=True)
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    inserted_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["next_fire_at"]
+        permissions = [("pause_cronschedule", "Can pause and resume cron schedules")]
+
+    def __str__(self) -> str:
+        return self.name or f"{self.worker} @ {self.expression}"

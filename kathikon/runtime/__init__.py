@@ -1,0 +1,1 @@
+"""Internal: the worker process — dispatchers, services and the supervisor."""

@@ -1,0 +1,41 @@
+"""Internal: the event loop a worker process owns for ``async def perform`` jobs.
+
+One loop per process, in a daemon thread, started on first use: async jobs
+from every dispatcher run on it concurrently, never on a new loop per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=_loop.run_forever, name="kathikon-async",
+                                      daemon=True)
+            thread.start()
+        return _loop
+
+
+def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+    """Run ``coro`` on the process loop and wait for it; ``JobTimeout`` after ``timeout``."""
+    from kathikon.executor import JobTimeout
+
+    async def guarded() -> Any:
+        if timeout is None:
+            return await coro
+        try:
+            return await asyncio.wait_for(coro, timeout)
+        except asyncio.TimeoutError:
+            raise JobTimeout(f"timed out after {timeout}s") from None
+
+    return asyncio.run_coroutine_threadsafe(guarded(), get_loop()).result()

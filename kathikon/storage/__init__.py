@@ -1,0 +1,72 @@
+"""The SQL seam: the only module that reads or writes job state.
+
+The public API, the admin, the commands and the runtime all go through these
+functions; vendor fast paths (PostgreSQL ``UPDATE … RETURNING``, ``unnest``
+bulk inserts, ``NOTIFY``) live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from django.core.management import call_command
+
+from kathikon.storage import notify, queues, vendor
+from kathikon.storage.acks import Ack, ack_jobs
+from kathikon.storage.claims import claim_job, claim_jobs, start_job
+from kathikon.storage.events import events_for, record_event, record_events
+from kathikon.storage.inserts import insert_job, insert_jobs
+from kathikon.storage.jobs import (
+    all_jobs,
+    cancel_job,
+    clear_jobs,
+    count_by_state,
+    dead_jobs,
+    delete_job,
+    fetch_job,
+    job_pk,
+    promote_scheduled,
+    prune_jobs,
+    rerun_job,
+    retry_job,
+    update_job,
+)
+from kathikon.storage.queues import (
+    ensure_queue,
+    paused_queues,
+    queue_rows,
+    set_all_paused,
+    set_paused,
+)
+from kathikon.storage.vendor import alias, db_now, is_postgres
+
+# The seed's names for the same operations.
+insert = insert_job
+update = update_job
+fetch = fetch_job
+delete = delete_job
+claim = claim_jobs
+all = all_jobs
+
+
+def setup() -> None:
+    """Create or upgrade Kathikon's tables (runs its migrations)."""
+    call_command("migrate", "kathikon", database=alias(), verbosity=0, interactive=False)
+
+
+def reset() -> None:
+    """Empty every Kathikon table (tests)."""
+    from kathikon.models import Batch, CronSchedule, Node, Queue
+
+    clear_jobs()
+    for model in (Batch, CronSchedule, Node, Queue):
+        model.objects.using(alias()).all().delete()
+
+
+__all__ = [
+    "Ack", "ack_jobs", "alias", "all", "all_jobs", "cancel_job", "claim", "claim_job",
+    "claim_jobs", "clear_jobs", "count_by_state", "db_now", "dead_jobs", "delete",
+    "delete_job", "ensure_queue", "events_for", "fetch", "fetch_job", "insert", "insert_job",
+    "insert_jobs", "is_postgres", "job_pk", "notify", "paused_queues", "promote_scheduled",
+    "prune_jobs",
+    "queue_rows", "queues", "record_event", "record_events", "rerun_job", "reset", "retry_job",
+    "set_all_paused", "set_paused", "setup", "start_job", "update", "update_job", "vendor",
+]

@@ -1,0 +1,107 @@
+"""Internal: acknowledging outcomes — the end of claim → run → ack.
+
+Every write after a claim is fenced: it applies only while the job is still
+claimed or running under the ``lease`` this node got at claim time. A node
+that was frozen, partitioned or presumed dead cannot overwrite what happened
+since (a rescue, another node's run); its ack simply matches no row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kathikon.models import Job
+from kathikon.states import EXECUTING_STATES, JobState
+from kathikon.storage import notify, vendor
+
+
+@dataclass(slots=True)
+class Ack:
+    """One outcome to write: the job as claimed, the state it goes to, and what goes with it."""
+
+    job: Job
+    state: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    delay: float = 0.0  # seconds until available again (retryable, scheduled)
+    restore_attempt: bool = False  # snoozed or released: the attempt does not count
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+_PG_COMPLETE = """
+UPDATE kathikon_job AS j
+SET state = 'completed', completed_at = %s, result = v.result::jsonb
+FROM unnest(%s::uuid[], %s::bigint[], %s::text[]) AS v(id, lease, result)
+WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
+RETURNING j.id
+"""
+
+
+def ack_jobs(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> set[uuid.UUID]:
+    """Write the outcomes in one transaction; returns the ids written (the rest were fenced off)."""
+    if not acks:
+        return set()
+    now = now or vendor.now()
+    completed = [ack for ack in acks if ack.state == JobState.COMPLETED and not ack.fields]
+    others = [ack for ack in acks if not (ack.state == JobState.COMPLETED and not ack.fields)]
+    written: set[uuid.UUID] = set()
+    with vendor.atomic():
+        if completed and vendor.is_postgres():
+            written |= _complete_postgres(completed, now)
+        else:
+            others = completed + others
+        for ack in others:
+            if _write_one(ack, now):
+                written.add(ack.job.id)
+        woken = {ack.job.queue for ack in acks
+                 if ack.job.id in written and ack.state == JobState.AVAILABLE}
+        notify.notify(notify.AVAILABLE, woken)
+    for ack in acks:
+        if ack.job.id in written:
+            _apply_locally(ack, now)
+    return written
+
+
+def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
+    ids = [ack.job.id for ack in acks]
+    leases = [ack.job.lease for ack in acks]
+    results = [None if ack.result is None else json.dumps(ack.result) for ack in acks]
+    with vendor.connection().cursor() as cursor:
+        cursor.execute(_PG_COMPLETE, [now, ids, leases, results])
+        return {row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(row[0])
+                for row in cursor.fetchall()}
+
+
+def _changes(ack: Ack, now: dt.datetime) -> dict[str, Any]:
+    job = ack.job
+    changes: dict[str, Any] = {"state": ack.state, **ack.fields}
+    if ack.state == JobState.COMPLETED:
+        changes.update(completed_at=now, result=ack.result)
+    elif ack.state in (JobState.DEAD, JobState.CANCELLED):
+        changes["completed_at"] = now
+    elif ack.state in (JobState.RETRYABLE, JobState.AVAILABLE, JobState.SCHEDULED):
+        changes["available_at"] = now + dt.timedelta(seconds=ack.delay)
+        if ack.state == JobState.SCHEDULED:
+            changes["scheduled_at"] = changes["available_at"]
+    if ack.error is not None:
+        changes["errors"] = [*job.errors, ack.error]
+    if ack.restore_attempt:
+        changes["attempts"] = max(0, job.attempts - 1)
+    return changes
+
+
+def _write_one(ack: Ack, now: dt.datetime) -> bool:
+    job = ack.job
+    return bool(Job.objects.using(vendor.alias()).filter(
+        id=job.id, lease=job.lease, state__in=EXECUTING_STATES,
+    ).update(**_changes(ack, now)))
+
+
+def _apply_locally(ack: Ack, now: dt.datetime) -> None:
+    for name, value in _changes(ack, now).items():
+        setattr(ack.job, name, value)

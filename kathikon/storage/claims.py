@@ -1,0 +1,144 @@
+"""Internal: claiming jobs — the start of claim → run → ack.
+
+A claim takes up to ``limit`` due jobs of one queue (best priority, then oldest)
+in one short statement, bumps each job's ``attempts`` and ``lease`` (the fencing
+token every later write must present) and records the claiming node. Jobs of
+a paused queue are never claimed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db.models import F
+
+from kathikon.exceptions import InvalidState, JobExecuting, JobNotFound
+from kathikon.ids import parse_id
+from kathikon.models import Job, Queue
+from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
+from kathikon.storage import vendor
+from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
+
+_CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
+
+_PG_CLAIM = f"""
+WITH picked AS (
+    SELECT id FROM kathikon_job
+    WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= {{now}}
+      AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %(queue)s AND paused)
+    ORDER BY priority DESC, available_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+UPDATE kathikon_job AS j
+SET state = %(into)s, attempts = j.attempts + 1, started_at = {{now}},
+    attempted_by = %(node)s, lease = j.lease + 1
+FROM picked WHERE j.id = picked.id
+RETURNING {", ".join("j." + c.strip('"') for c in JOB_COLUMNS.split(", "))}
+"""
+
+# SQLite has one writer: the UPDATE is atomic on its own, no row locks needed.
+_SQLITE_CLAIM = f"""
+UPDATE kathikon_job
+SET state = %s, attempts = attempts + 1, started_at = %s, attempted_by = %s, lease = lease + 1
+WHERE id IN (
+    SELECT id FROM kathikon_job
+    WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %s
+      AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %s AND paused)
+    ORDER BY priority DESC, available_at
+    LIMIT %s)
+RETURNING id
+"""
+
+
+def claim_jobs(queue: str, limit: int, node: str, *, into: str = JobState.RUNNING,
+               now: dt.datetime | None = None) -> list[Job]:
+    """Claim up to ``limit`` due jobs of ``queue`` for ``node``; they come back in ``into``."""
+    if limit <= 0:
+        return []
+    if into not in EXECUTING_STATES:
+        raise ValueError(f"claim into {into!r}: must be claimed or running")
+    kind = vendor.vendor()
+    if kind == "postgresql":
+        jobs = _claim_postgres(queue, limit, node, into, now)
+    elif kind == "sqlite":
+        jobs = _claim_sqlite(queue, limit, node, into, now or vendor.now())
+    else:
+        jobs = _claim_locking(queue, limit, node, into, now or vendor.now())
+    jobs.sort(key=lambda job: (-job.priority, job.available_at))
+    return jobs
+
+
+def _claim_postgres(queue: str, limit: int, node: str, into: str,
+                    now: dt.datetime | None) -> list[Job]:
+    sql = _PG_CLAIM.format(now="%(now)s" if now else "statement_timestamp()")
+    params = {"queue": queue, "limit": limit, "node": node, "into": into, "now": now}
+    with vendor.connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return jobs_from_rows(rows, vendor.alias())
+
+
+def _claim_sqlite(queue: str, limit: int, node: str, into: str, now: dt.datetime) -> list[Job]:
+    connection = vendor.connection()
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with vendor.atomic(), connection.cursor() as cursor:
+        cursor.execute(_SQLITE_CLAIM, [into, stamp, node, queue, stamp, queue, limit])
+        ids = [row[0] for row in cursor.fetchall()]
+        if not ids:
+            return []
+        return list(Job.objects.using(vendor.alias()).filter(id__in=ids).order_by())
+
+
+def _claim_locking(queue: str, limit: int, node: str, into: str, now: dt.datetime) -> list[Job]:
+    """MariaDB/MySQL: ``SELECT … FOR UPDATE SKIP LOCKED``, then one UPDATE of those rows."""
+    using = vendor.alias()
+    if Queue.objects.using(using).filter(name=queue, paused=True).exists():
+        return []
+    with vendor.atomic():
+        jobs = list(
+            Job.objects.using(using).select_for_update(skip_locked=True)
+            .filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=now)
+            .order_by("-priority", "available_at")[:limit]
+        )
+        if not jobs:
+            return []
+        Job.objects.using(using).filter(id__in=[job.id for job in jobs]).update(
+            state=into, attempts=F("attempts") + 1, started_at=now, attempted_by=node,
+            lease=F("lease") + 1)
+    for job in jobs:  # the rows were locked, so these are exactly the values written
+        job.state, job.started_at, job.attempted_by = into, now, node
+        job.attempts += 1
+        job.lease += 1
+    return jobs
+
+
+def claim_job(job_id: object, node: str, *, now: dt.datetime | None = None) -> Job:
+    """Claim one specific job (external runners): it must be available or retryable and due."""
+    pk = parse_id(job_id)
+    if pk is None:
+        raise JobNotFound(f"no job with id {job_id!r}")
+    using = vendor.alias()
+    now = now or vendor.now()
+    with vendor.atomic():
+        job = Job.objects.using(using).select_for_update().filter(pk=pk).first()
+        if job is None:
+            raise JobNotFound(f"no job with id {pk.hex}")
+        if job.state in EXECUTING_STATES:
+            raise JobExecuting(f"job {pk.hex} is {job.state}")
+        if not job.is_claimable(now):
+            raise InvalidState(f"job {pk.hex} is {job.state} and not claimable now",
+                               state=job.state)
+        job.state, job.started_at, job.attempted_by = JobState.CLAIMED, now, node
+        job.attempts += 1
+        job.lease += 1
+        job.save(update_fields=["state", "started_at", "attempted_by", "attempts", "lease"])
+    return job
+
+
+def start_job(job: Job) -> bool:
+    """``claimed → running`` for a job claimed with ``claim()``; False if fenced off."""
+    updated = Job.objects.using(vendor.alias()).filter(
+        id=job.id, lease=job.lease, state=JobState.CLAIMED).update(state=JobState.RUNNING)
+    if updated:
+        job.state = JobState.RUNNING
+    return bool(updated)

@@ -1,0 +1,77 @@
+"""Internal: inserting jobs — one statement per job or per chunk, NOTIFY in the same statement."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from kathikon.jobspec import JobRow
+from kathikon.models import Job
+from kathikon.states import JobState
+from kathikon.storage import notify, vendor
+
+_INSERT_COLUMNS = ("id, queue, worker, args, state, priority, max_attempts, scheduled_at, "
+                   "available_at, inserted_at, meta, batch_id, parent_job_id, cron_id, "
+                   "attempts, errors, attempted_by, lease")
+
+# The insert and its wake-up in one round trip; the NOTIFY fires on commit.
+_PG_INSERT_ONE = f"""
+WITH ins AS (
+    INSERT INTO kathikon_job ({_INSERT_COLUMNS})
+    VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s,
+            0, '[]'::jsonb, '', 0)
+    RETURNING queue, state)
+SELECT pg_notify('{notify.CHANNEL}', '{notify.AVAILABLE} ' || queue) FROM ins
+WHERE state = '{JobState.AVAILABLE}'
+"""
+
+_PG_INSERT_MANY = f"""
+WITH ins AS (
+    INSERT INTO kathikon_job ({_INSERT_COLUMNS})
+    SELECT u.*, 0, '[]'::jsonb, '', 0 FROM unnest(
+        %s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::text[], %s::smallint[],
+        %s::integer[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::jsonb[],
+        %s::uuid[], %s::uuid[], %s::uuid[]) AS u
+    RETURNING queue, state)
+SELECT pg_notify('{notify.CHANNEL}', '{notify.AVAILABLE} ' || q)
+FROM (SELECT DISTINCT queue AS q FROM ins WHERE state = '{JobState.AVAILABLE}') AS s
+"""
+
+
+def _pg_values(row: JobRow) -> list[object]:
+    import json
+
+    return [row.id, row.queue, row.worker, row.args_json, row.state, row.priority,
+            row.max_attempts, row.scheduled_at, row.available_at, row.inserted_at,
+            json.dumps(row.meta) if row.meta else "{}", row.batch_id, row.parent_job_id,
+            row.cron_id]
+
+
+def insert_job(row: JobRow) -> Job:
+    """Insert one job in the caller's transaction (or autocommit) and return it."""
+    job = row.to_job()
+    if vendor.is_postgres():
+        with vendor.connection().cursor() as cursor:
+            cursor.execute(_PG_INSERT_ONE, _pg_values(row))
+    else:
+        job.save(force_insert=True, using=vendor.alias())
+    job._state.adding = False
+    job._state.db = vendor.alias()
+    return job
+
+
+def insert_jobs(rows: Sequence[JobRow], chunk_size: int = 500) -> list[uuid.UUID]:
+    """Insert many jobs with one statement per chunk (PostgreSQL: ``unnest`` arrays)."""
+    ids: list[uuid.UUID] = []
+    with vendor.atomic():
+        for start in range(0, len(rows), chunk_size):
+            chunk = rows[start:start + chunk_size]
+            if vendor.is_postgres():
+                columns = list(zip(*(_pg_values(row) for row in chunk), strict=True))
+                with vendor.connection().cursor() as cursor:
+                    cursor.execute(_PG_INSERT_MANY, [list(column) for column in columns])
+            else:
+                Job.objects.using(vendor.alias()).bulk_create(
+                    [row.to_job() for row in chunk], batch_size=chunk_size)
+            ids.extend(row.id for row in chunk)
+    return ids

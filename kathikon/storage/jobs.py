@@ -1,0 +1,156 @@
+"""Internal: reading jobs and operators' state changes (cancel, retry, rerun, promote, prune)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from django.db.models import Q
+
+from kathikon.exceptions import InvalidState, JobExecuting, JobNotFound
+from kathikon.ids import new_id, parse_id
+from kathikon.models import Job, JobEvent
+from kathikon.states import EXECUTING_STATES, PENDING_STATES, TERMINAL_STATES, JobState
+from kathikon.storage import notify, vendor
+from kathikon.storage.events import record_event
+
+
+def job_pk(job_id: object) -> uuid.UUID:
+    pk = parse_id(getattr(job_id, "pk", job_id))
+    if pk is None:
+        raise JobNotFound(f"no job with id {job_id!r} (ids are hex strings)")
+    return pk
+
+
+def jobs() -> Any:
+    return Job.objects.using(vendor.alias())
+
+
+def fetch_job(job_id: object, *, lock: bool = False) -> Job:
+    pk = job_pk(job_id)
+    query = jobs().select_for_update() if lock else jobs()
+    job = query.filter(pk=pk).first()
+    if job is None:
+        raise JobNotFound(f"no job with id {pk.hex}")
+    return job
+
+
+def all_jobs() -> list[Job]:
+    return list(jobs().order_by("id"))
+
+
+def update_job(job: Job, **changes: Any) -> Job:
+    for name, value in changes.items():
+        setattr(job, name, value)
+    job.save(using=vendor.alias(), update_fields=list(changes))
+    return job
+
+
+def delete_job(job_id: object) -> None:
+    pk = job_pk(job_id)
+    if not jobs().filter(pk=pk).delete()[0]:
+        raise JobNotFound(f"no job with id {pk.hex}")
+
+
+def cancel_job(job_id: object, *, actor: str = "") -> Job:
+    """Pending → cancelled. Executing jobs raise ``JobExecuting``; terminal ``InvalidState``."""
+    with vendor.atomic():
+        job = fetch_job(job_id, lock=True)
+        if job.state in EXECUTING_STATES:
+            raise JobExecuting(f"job {job.id.hex} is {job.state}; it cannot be cancelled now")
+        if job.state not in PENDING_STATES:
+            raise InvalidState(f"job {job.id.hex} is already {job.state}", state=job.state)
+        now = vendor.now()
+        update_job(job, state=JobState.CANCELLED, cancelled_at=now, completed_at=now)
+        record_event(job.id, "cancelled", actor=actor, at=now)
+    return job
+
+
+def retry_job(job_id: object, *, actor: str = "") -> Job:
+    """Put a job back to available now (scheduled, retryable, dead, cancelled or completed)."""
+    with vendor.atomic():
+        job = fetch_job(job_id, lock=True)
+        if job.state in EXECUTING_STATES:
+            raise JobExecuting(f"job {job.id.hex} is {job.state}; it is being run")
+        if job.state == JobState.AVAILABLE:
+            raise InvalidState(f"job {job.id.hex} is already available", state=job.state)
+        now = vendor.now()
+        previous = job.state
+        update_job(job, state=JobState.AVAILABLE, available_at=now, completed_at=None,
+                   cancelled_at=None, max_attempts=max(job.max_attempts, job.attempts + 1))
+        record_event(job.id, "retried", actor=actor, at=now, previous_state=previous)
+        notify.notify(notify.AVAILABLE, [job.queue])
+    return job
+
+
+def rerun_job(job_id: object, *, actor: str = "") -> Job:
+    """A new available job copied from a completed, dead or cancelled one."""
+    with vendor.atomic():
+        original = fetch_job(job_id)
+        if original.state not in TERMINAL_STATES:
+            raise InvalidState(f"job {original.id.hex} is {original.state}; only completed, "
+                               "dead or cancelled jobs can be rerun", state=original.state)
+        now = vendor.now()
+        copy = Job(id=new_id(), queue=original.queue, worker=original.worker,
+                   args=original.args, priority=original.priority,
+                   max_attempts=original.max_attempts, state=JobState.AVAILABLE,
+                   available_at=now, inserted_at=now, batch_id=original.batch_id,
+                   parent_job_id=original.parent_job_id,
+                   meta={**original.meta, "rerun_of": original.id.hex})
+        copy.save(force_insert=True, using=vendor.alias())
+        record_event(original.id, "rerun", actor=actor, at=now, new_job=copy.id.hex)
+        notify.notify(notify.AVAILABLE, [copy.queue])
+    return copy
+
+
+def dead_jobs(queue: str | None = None) -> list[Job]:
+    query = jobs().filter(state=JobState.DEAD)
+    if queue is not None:
+        query = query.filter(queue=queue)
+    return list(query.order_by("-completed_at", "-id"))
+
+
+def promote_scheduled(now: dt.datetime | None = None, *, limit: int = 1000) -> int:
+    """Scheduled jobs that are due become available, ``limit`` at a time; returns how many."""
+    now = now or vendor.now()
+    with vendor.atomic():
+        ids = list(jobs().filter(state=JobState.SCHEDULED, available_at__lte=now)
+                   .order_by("available_at").values_list("id", flat=True)[:limit])
+        if not ids:
+            return 0
+        query = jobs().filter(id__in=ids, state=JobState.SCHEDULED)
+        queues = set(query.values_list("queue", flat=True).distinct())
+        promoted = query.update(state=JobState.AVAILABLE)
+        notify.notify(notify.AVAILABLE, queues)
+    return promoted
+
+
+def prune_jobs(before: dt.datetime, *, limit: int = 1000) -> int:
+    """Delete up to ``limit`` terminal jobs finished before ``before`` (and their events)."""
+    with vendor.atomic():
+        ids = list(jobs().filter(state__in=TERMINAL_STATES, completed_at__lt=before)
+                   .order_by("completed_at").values_list("id", flat=True)[:limit])
+        if not ids:
+            return 0
+        JobEvent.objects.using(vendor.alias()).filter(job_id__in=ids).delete()
+        return jobs().filter(id__in=ids).filter(
+            Q(state__in=TERMINAL_STATES)).delete()[0]
+
+
+def clear_jobs() -> None:
+    """Delete every job and event (tests)."""
+    JobEvent.objects.using(vendor.alias()).all().delete()
+    jobs().all().delete()
+
+
+def count_by_state(queue: str | None = None) -> dict[str, int]:
+    from django.db.models import Count
+
+    query = jobs().order_by()
+    if queue is not None:
+        query = query.filter(queue=queue)
+    counts = {state: 0 for state in JobState.values}
+    for row in query.values("state").annotate(n=Count("id")):
+        counts[row["state"]] = row["n"]
+    return counts

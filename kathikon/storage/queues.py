@@ -1,0 +1,57 @@
+"""Internal: queue rows — pause state and concurrency overrides shared by every node."""
+
+from __future__ import annotations
+
+from kathikon.conf import QUEUE_NAME
+from kathikon.exceptions import InvalidQueue
+from kathikon.models import Queue
+from kathikon.storage import notify, vendor
+
+
+def validate_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+        raise InvalidQueue(f"bad queue name {name!r}: use 1-63 letters, digits, '_', '-', '.'")
+    return name
+
+
+def set_paused(name: str, paused: bool) -> bool:
+    """Pause or resume ``name`` (creating its row); True if the state changed."""
+    validate_name(name)
+    using = vendor.alias()
+    with vendor.atomic():
+        queue, created = Queue.objects.using(using).select_for_update().get_or_create(
+            name=name, defaults={"paused": paused})
+        changed = (created and paused) or queue.paused != paused
+        if not created and queue.paused != paused:
+            queue.paused = paused
+            queue.save(update_fields=["paused", "updated_at"])
+        notify.notify(notify.PAUSE if paused else notify.RESUME, [name])
+    return changed
+
+
+def set_all_paused(paused: bool, names: list[str]) -> list[str]:
+    """Pause or resume every queue in ``names`` and every queue with a row; returns their names."""
+    using = vendor.alias()
+    with vendor.atomic():
+        known = set(Queue.objects.using(using).values_list("name", flat=True))
+        for name in set(names) - known:
+            Queue.objects.using(using).create(name=validate_name(name), paused=paused)
+        Queue.objects.using(using).exclude(paused=paused).update(paused=paused)
+        everything = sorted(known | set(names))
+        notify.notify(notify.PAUSE if paused else notify.RESUME, everything)
+    return everything
+
+
+def ensure_queue(name: str) -> Queue:
+    validate_name(name)
+    queue, _ = Queue.objects.using(vendor.alias()).get_or_create(name=name)
+    return queue
+
+
+def queue_rows() -> dict[str, Queue]:
+    return {queue.name: queue for queue in Queue.objects.using(vendor.alias()).all()}
+
+
+def paused_queues() -> set[str]:
+    return set(Queue.objects.using(vendor.alias()).filter(paused=True)
+               .values_list("name", flat=True))

@@ -1,0 +1,42 @@
+"""Internal: a job's history, derived from its own row plus the stored exceptional events.
+
+A successful run writes no event rows: inserted, scheduled, started, failed
+and finished events come from the job's timestamps and ``errors``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from kathikon.models import Job, JobEvent
+from kathikon.states import JobState
+
+
+def job_history(job: Job, events: list[JobEvent]) -> list[dict[str, Any]]:
+    """Events oldest first, each ``{"event", "at", ...}``."""
+    items: list[dict[str, Any]] = [{"event": "inserted", "at": job.inserted_at,
+                                    "queue": job.queue}]
+    if job.scheduled_at is not None:
+        items.append({"event": "scheduled", "at": job.inserted_at, "for": job.scheduled_at})
+    for error in job.errors:
+        at = parse_datetime(error.get("at", "")) if isinstance(error.get("at"), str) else None
+        items.append({"event": "failed", "at": at or job.inserted_at,
+                      "attempt": error.get("attempt"), "kind": error.get("kind"),
+                      "message": error.get("message")})
+    if job.started_at is not None:
+        items.append({"event": "started", "at": job.started_at, "attempt": job.attempts,
+                      "node": job.attempted_by})
+    finished = {JobState.COMPLETED: "completed", JobState.DEAD: "dead"}
+    if job.state in finished and job.completed_at is not None:
+        items.append({"event": finished[job.state], "at": job.completed_at})
+    stored_kinds = {event.kind for event in events}
+    if (job.state == JobState.CANCELLED and job.cancelled_at is not None
+            and "cancelled" not in stored_kinds):
+        items.append({"event": "cancelled", "at": job.cancelled_at})
+    for event in events:
+        items.append({"event": event.kind, "at": event.at, "actor": event.actor, **event.data})
+    epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    return sorted(items, key=lambda item: item["at"] or epoch)

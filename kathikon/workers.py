@@ -1,0 +1,108 @@
+"""The Worker base class and the outcomes a worker returns or raises.
+
+    class Webhook(kathikon.Worker):
+        queue = "webhooks"
+        max_attempts = 10
+        timeout = 30
+
+        def perform(self, job):
+            post(job.args["url"])           # returns → completed
+            # raise kathikon.Retry("busy")  → retryable (or dead at max_attempts)
+            # return kathikon.Discard("bad")→ dead now
+            # return kathikon.Snooze(60)    → scheduled in 60 s, attempt not counted
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kathikon.backoff import backoff_seconds
+from kathikon.exceptions import InvalidJob
+
+if TYPE_CHECKING:
+    from kathikon.models import Job
+
+
+class Outcome(Exception):
+    """Base of the outcomes a worker may return or raise; not a ``KathikonError``."""
+
+
+class Retry(Outcome):
+    """Fail this attempt and retry with backoff (or die at ``max_attempts``)."""
+
+    def __init__(self, reason: object = "retry requested", *, in_seconds: float | None = None):
+        super().__init__(str(reason))
+        self.reason = reason
+        self.in_seconds = in_seconds
+
+
+class Discard(Outcome):
+    """Give up now: the job becomes ``dead`` with this reason recorded."""
+
+    def __init__(self, reason: object = "discarded"):
+        super().__init__(str(reason))
+        self.reason = reason
+
+
+class Snooze(Outcome):
+    """Run again after ``seconds``; the attempt is not counted."""
+
+    def __init__(self, seconds: float):
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+            raise ValueError("Snooze needs a number of seconds >= 0")
+        super().__init__(f"snoozed for {seconds}s")
+        self.seconds = seconds
+
+
+class Worker:
+    """Base class for job workers: subclass it and implement ``perform(job)``.
+
+    Class attributes give the defaults of jobs inserted for this worker:
+    ``queue`` ("default"), ``priority`` (0), ``max_attempts`` (the
+    ``MAX_ATTEMPTS`` setting), ``timeout`` (seconds, ``None`` = no limit).
+    Override ``backoff(job)`` to change the delay before a retry.
+    """
+
+    queue: ClassVar[str] = "default"
+    priority: ClassVar[int] = 0
+    max_attempts: ClassVar[int | None] = None
+    timeout: ClassVar[float | None] = None
+
+    def perform(self, job: Job) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.perform(job) is not implemented")
+
+    def backoff(self, job: Job) -> float:
+        """Seconds to wait before the next attempt, before jitter."""
+        return backoff_seconds(job.attempts)
+
+    @classmethod
+    def path(cls) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def resolve_worker(path: str) -> type[Worker]:
+    """Import the Worker class at ``path``; ``InvalidJob`` if it is not one."""
+    module_name, _, attr = path.rpartition(".")
+    if not module_name:
+        raise InvalidJob(f"unknown worker {path!r}: not a dotted path", key="worker")
+    try:
+        target: Any = import_module(module_name)
+    except ImportError:
+        # The class may be nested (module.Outer.Inner): walk up the path.
+        parts = path.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            try:
+                target = import_module(".".join(parts[:split]))
+            except ImportError:
+                continue
+            for name in parts[split:]:
+                target = getattr(target, name, None)
+            break
+        else:
+            raise InvalidJob(f"unknown worker {path!r}: module not found", key="worker") from None
+    else:
+        target = getattr(target, attr, None)
+    if not (isinstance(target, type) and issubclass(target, Worker)):
+        raise InvalidJob(f"unknown worker {path!r}: not a kathikon.Worker subclass", key="worker")
+    return target

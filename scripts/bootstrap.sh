@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Create the virtualenvs `make` uses, installing what they need on a fresh machine.
+#   .venv       Python 3.13 + Django 6.x (primary)
+#   .venv-52    Python 3.11 + Django 5.2 LTS + the django-tasks backport
+# System packages (Debian): the MariaDB client headers for mysqlclient and
+# Chromium for the browser tests; installed when missing and we are root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which_venvs="${1:-all}"   # all | primary
+
+need_apt=()
+pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null \
+  || need_apt+=(libmariadb-dev pkg-config)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing ${need_apt[*]} (apt-get)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "bootstrap: missing system packages ${need_apt[*]}; some tests will be skipped" >&2
+  fi
+fi
+
+find_python() {  # version -> interpreter path
+  local v="$1"
+  if command -v pyenv >/dev/null 2>&1; then
+    local full
+    full=$(pyenv versions --bare 2>/dev/null | grep -E "^${v}(\.|$)" | tail -n1 || true)
+    if [ -n "$full" ]; then PYENV_VERSION="$full" pyenv which python 2>/dev/null && return; fi
+  fi
+  command -v "python${v}" 2>/dev/null || true
+}
+
+make_venv() {  # dir python-version django-spec extras
+  local dir="$1" pyv="$2" django="$3" extras="$4"
+  local stamp="$dir/.kathikon-stamp"
+  local want
+  want="$(cat pyproject.toml scripts/bootstrap.sh | sha1sum | cut -c1-12) $django"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  local py
+  py=$(find_python "$pyv")
+  if [ -z "$py" ]; then
+    echo "bootstrap: Python $pyv not found; skipping $dir" >&2
+    return 0
+  fi
+  echo "bootstrap: creating $dir (Python $pyv, $django)"
+  rm -rf "$dir"
+  "$py" -m venv "$dir"
+  "$dir/bin/pip" install -q --upgrade pip 2>&1 | grep -v -i warning || true
+  "$dir/bin/pip" install -q "$django" -e ".[$extras]" 2>&1 | grep -v -i warning || true
+  "$dir/bin/python" -c "import django, kathikon" || { echo "bootstrap: $dir is broken" >&2; exit 1; }
+  echo "$want" > "$stamp"
+}
+
+make_venv .venv 3.13 "django>=6.0,<7" "dev,docs"
+if [ "$which_venvs" = all ]; then
+  make_venv .venv-52 3.11 "django>=5.2,<5.3" "dev,tasks"
+fi

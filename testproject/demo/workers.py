@@ -1,0 +1,59 @@
+"""Example workers used by ``make demo`` and by the tests."""
+
+from __future__ import annotations
+
+import kathikon
+
+
+class Greet(kathikon.Worker):
+    """Always succeeds and returns a greeting."""
+
+    def perform(self, job):
+        return {"greeting": f"hello, {job.args.get('name', 'world')}"}
+
+
+class Flaky(kathikon.Worker):
+    """Fails its first ``failures`` attempts, then succeeds."""
+
+    max_attempts = 5
+
+    def backoff(self, job):
+        return 0  # retry at once so the demo does not wait
+
+    def perform(self, job):
+        if job.attempts <= job.args.get("failures", 2):
+            raise ConnectionError(f"upstream unavailable (attempt {job.attempts})")
+        return "ok"
+
+
+class AlwaysFails(kathikon.Worker):
+    """Raises every time and goes dead after ``max_attempts``."""
+
+    max_attempts = 3
+
+    def backoff(self, job):
+        return 0
+
+    def perform(self, job):
+        raise ValueError(f"cannot process order {job.args.get('order')}")
+
+
+class Sleepy(kathikon.Worker):
+    """Snoozes once, then succeeds."""
+
+    def perform(self, job):
+        if job.scheduled_at is None:  # first run: not snoozed yet
+            return kathikon.Snooze(1)
+        return "rested"
+
+
+class Reject(kathikon.Worker):
+    """Discards the job: bad input is not worth retrying."""
+
+    def perform(self, job):
+        return kathikon.Discard("invalid payload")
+
+
+class Noop(kathikon.Worker):
+    def perform(self, job):
+        return None

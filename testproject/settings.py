@@ -1,0 +1,96 @@
+"""Settings for the test and demo project.
+
+SQLite by default; ``KATHIKON_DB=postgres`` or ``KATHIKON_DB=mariadb`` selects the
+local servers (127.0.0.1, trust auth / root with no password).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "kathikon-testproject-not-secret"
+DEBUG = os.environ.get("KATHIKON_DEBUG") == "1"
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "testproject.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "/static/"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rangefilter",
+    "kathikon",
+    "testproject.demo",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+
+DB = os.environ.get("KATHIKON_DB", "sqlite")
+# Parallel test runs (two Python/Django versions) use separate database names.
+SUFFIX = os.environ.get("KATHIKON_DB_SUFFIX", "")
+if DB in ("postgres", "postgresql"):
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("KATHIKON_DB_NAME", "kathikon" + SUFFIX),
+        "USER": os.environ.get("KATHIKON_PG_USER", "postgres"),
+        "HOST": os.environ.get("KATHIKON_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("KATHIKON_PG_PORT", "5432"),
+        "CONN_MAX_AGE": None,
+        "TEST": {"NAME": "test_kathikon" + SUFFIX},
+    }}
+elif DB in ("mariadb", "mysql"):
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": os.environ.get("KATHIKON_DB_NAME", "kathikon" + SUFFIX),
+        "USER": os.environ.get("KATHIKON_MYSQL_USER", "root"),
+        "PASSWORD": "",
+        "HOST": os.environ.get("KATHIKON_MYSQL_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("KATHIKON_MYSQL_PORT", "3306"),
+        "CONN_MAX_AGE": None,
+        "OPTIONS": {"charset": "utf8mb4"},
+        "TEST": {"NAME": "test_kathikon" + SUFFIX, "CHARSET": "utf8mb4"},
+    }}
+else:
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("KATHIKON_DB_NAME", str(BASE_DIR / f"db{SUFFIX}.sqlite3")),
+        # Claims are serialised by SQLite's single writer; IMMEDIATE avoids lock upgrades.
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20,
+                    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+        "TEST": {"NAME": str(BASE_DIR / f"test_db{SUFFIX}.sqlite3")},
+    }}
+
+KATHIKON = {
+    "QUEUES": {"default": {"concurrency": 10}, "emails": {"concurrency": 5}},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"kathikon": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+}

@@ -1,0 +1,48 @@
+"""Shared fixtures: database selection, job factories and vendor markers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+import kathikon
+from tests import workers
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    import django
+
+    from testproject.settings import DB
+
+    return f"kathikon: database={DB} django={django.get_version()}"
+
+
+@pytest.fixture
+def vendor() -> str:
+    return connection.vendor
+
+
+@pytest.fixture
+def postgres_only(vendor: str) -> None:
+    if vendor != "postgresql":
+        pytest.skip("PostgreSQL only (run with KATHIKON_DB=postgres)")
+
+
+@pytest.fixture
+def concurrent_db(vendor: str) -> None:
+    """Row-locking databases: claims from several connections run truly in parallel."""
+    if vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; concurrency is tested on PostgreSQL and MariaDB")
+
+
+@pytest.fixture
+def insert_job(db: Any) -> Any:
+    """``insert_job(worker=Succeed, args={}, **options)``: insert through the public API."""
+
+    def insert(worker: Any = workers.Succeed, args: dict[str, Any] | None = None,
+               **options: Any) -> kathikon.Job:
+        return kathikon.insert(worker, args if args is not None else {}, **options)
+
+    return insert

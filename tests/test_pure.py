@@ -1,0 +1,66 @@
+"""Pure helpers: backoff, job ids, worker resolution (no database)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+import kathikon
+from kathikon.backoff import MAX_SECONDS, with_jitter
+from kathikon.ids import new_id, parse_id
+from kathikon.workers import resolve_worker
+
+
+def test_backoff_seconds():
+    assert kathikon.backoff_seconds(2) == 20
+    assert [kathikon.backoff_seconds(n) for n in range(5)] == [5, 10, 20, 40, 80]
+    assert kathikon.backoff_seconds(100) == MAX_SECONDS
+    assert kathikon.backoff_seconds(-3) == 5
+
+
+def test_jitter_adds_at_most_ten_percent():
+    rng = random.Random(1)
+    values = [with_jitter(100, rng=rng) for _ in range(200)]
+    assert all(100 <= v <= 110 for v in values)
+    assert len(set(values)) > 100
+    assert with_jitter(0) == 0
+
+
+def test_ids_are_uuid7_unique_and_increasing():
+    ids = [new_id() for _ in range(10000)]
+    assert len(set(ids)) == 10000
+    assert ids == sorted(ids)
+    assert {i.version for i in ids} == {7}
+
+
+def test_parse_id_accepts_hex_dashed_and_uuid():
+    value = new_id()
+    assert parse_id(value.hex) == value
+    assert parse_id(str(value)) == value
+    assert parse_id(value) == value
+    assert parse_id("nope") is None
+    assert parse_id(12) is None
+    assert isinstance(parse_id(uuid.uuid4().hex), uuid.UUID)
+
+
+def test_resolve_worker():
+    from tests.workers import Succeed
+
+    assert resolve_worker("tests.workers.Succeed") is Succeed
+    for bad in ("tests.workers.NotAWorker", "tests.nothing.X", "x"):
+        with pytest.raises(kathikon.InvalidJob):
+            resolve_worker(bad)
+
+
+def test_outcomes_are_not_kathikon_errors():
+    for outcome in (kathikon.Retry("x"), kathikon.Discard("x"), kathikon.Snooze(1)):
+        assert not isinstance(outcome, kathikon.KathikonError)
+    with pytest.raises(ValueError):
+        kathikon.Snooze(-1)
+
+
+def test_error_messages_default_to_the_docstring():
+    assert str(kathikon.JobNotFound()) == "No job has that id."
+    assert kathikon.InvalidState(state="dead").state == "dead"
