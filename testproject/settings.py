@@ -6,6 +6,7 @@ local servers (127.0.0.1, trust auth / root with no password).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -87,6 +88,8 @@ else:
 KATHIKON = {
     "QUEUES": {"default": {"concurrency": 10}, "emails": {"concurrency": 5}},
 }
+# Whole-process tests start workers with their own settings: a JSON object merged in.
+KATHIKON.update(json.loads(os.environ.get("KATHIKON_SETTINGS_JSON", "{}")))
 
 LOGGING = {
     "version": 1,
