@@ -29,7 +29,7 @@ def job_history(job: Job, events: list[JobEvent]) -> list[dict[str, Any]]:
     if job.started_at is not None:
         items.append({"event": "started", "at": job.started_at, "attempt": job.attempts,
                       "node": job.attempted_by})
-    finished = {JobState.COMPLETED: "completed", JobState.DEAD: "dead"}
+    finished: dict[str, str] = {JobState.COMPLETED: "completed", JobState.DEAD: "dead"}
     if job.state in finished and job.completed_at is not None:
         items.append({"event": finished[job.state], "at": job.completed_at})
     stored_kinds = {event.kind for event in events}

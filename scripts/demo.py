@@ -57,7 +57,8 @@ def main() -> int:
         if job.state == "scheduled":
             detail = f"due at {job.available_at:%H:%M:%S} UTC"
         print(f"   {label:<28} {job.state:<10} {job.attempts:>4}/{job.max_attempts:<3}  {detail}")
-    print("\nNext: `make test`, the docs in docs/, and the admin (testproject/manage.py runserver).")
+    print("\nNext: `make test`, the docs in docs/, and the admin "
+          "(testproject/manage.py runserver).")
     return 0
 
 

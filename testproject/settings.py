@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "kathikon-testproject-not-secret"
@@ -53,6 +54,7 @@ TEMPLATES = [{
 DB = os.environ.get("KATHIKON_DB", "sqlite")
 # Parallel test runs (two Python/Django versions) use separate database names.
 SUFFIX = os.environ.get("KATHIKON_DB_SUFFIX", "")
+DATABASES: dict[str, dict[str, Any]]
 if DB in ("postgres", "postgresql"):
     DATABASES = {"default": {
         "ENGINE": "django.db.backends.postgresql",

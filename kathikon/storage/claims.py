@@ -9,6 +9,7 @@ a paused queue are never claimed.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.db.models import F
 
@@ -71,7 +72,8 @@ def claim_jobs(queue: str, limit: int, node: str, *, into: str = JobState.RUNNIN
 def _claim_postgres(queue: str, limit: int, node: str, into: str,
                     now: dt.datetime | None) -> list[Job]:
     sql = _PG_CLAIM.format(now="%(now)s" if now else "statement_timestamp()")
-    params = {"queue": queue, "limit": limit, "node": node, "into": into, "now": now}
+    params: dict[str, Any] = {
+        "queue": queue, "limit": limit, "node": node, "into": into, "now": now}
     with vendor.connection().cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()

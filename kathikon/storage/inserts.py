@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from kathikon.jobspec import JobRow
 from kathikon.models import Job
@@ -38,7 +39,7 @@ FROM (SELECT DISTINCT queue AS q FROM ins WHERE state = '{JobState.AVAILABLE}') 
 """
 
 
-def _pg_values(row: JobRow) -> list[object]:
+def _pg_values(row: JobRow) -> list[Any]:
     import json
 
     return [row.id, row.queue, row.worker, row.args_json, row.state, row.priority,

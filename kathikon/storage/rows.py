@@ -12,9 +12,10 @@ JOB_FIELDS = [f for f in Job._meta.concrete_fields]
 JOB_ATTNAMES = [f.attname for f in JOB_FIELDS]
 JOB_COLUMNS = ", ".join(f'"{f.column}"' for f in JOB_FIELDS)
 _JSON_POSITIONS = [i for i, f in enumerate(JOB_FIELDS) if f.get_internal_type() == "JSONField"]
-_UUID_POSITIONS = [i for i, f in enumerate(JOB_FIELDS) if f.get_internal_type() == "UUIDField"
-                   or getattr(f.target_field if f.is_relation else f, "get_internal_type",
-                              lambda: "")() == "UUIDField"]
+_UUID_POSITIONS = [
+    i for i, f in enumerate(JOB_FIELDS)
+    if (getattr(f, "target_field", None) or f).get_internal_type() == "UUIDField"
+]
 
 
 def jobs_from_rows(rows: list[tuple[Any, ...]], using: str) -> list[Job]:
