@@ -7,7 +7,7 @@ PY ?= .venv/bin/python
 help:
 	@echo "make demo    set up, then enqueue example jobs and run a worker on SQLite"
 	@echo "make test    set up, then run the whole suite on SQLite, PostgreSQL and MariaDB"
-	@echo "make lint    ruff + migrations check"
+	@echo "make lint    ruff, mypy and the migrations check"
 	@echo "make docs    build the documentation into site/ (offline)"
 	@echo "make bench   benchmarks (PostgreSQL; MariaDB and SQLite labelled) -> docs/benchmarks.md"
 
@@ -28,6 +28,7 @@ test-fast: venv
 
 lint: venv
 	@.venv/bin/ruff check kathikon tests testproject scripts
+	@.venv/bin/mypy kathikon
 	@cd testproject && ../$(PY) manage.py makemigrations kathikon --check --dry-run >/dev/null \
 		|| (echo "models and migrations differ: run makemigrations" && exit 1)
 

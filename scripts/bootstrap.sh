@@ -53,7 +53,7 @@ make_venv() {  # dir python-version django-spec extras
   echo "$want" > "$stamp"
 }
 
-make_venv .venv 3.13 "django>=6.0,<7" "dev,docs"
+make_venv .venv 3.13 "django>=6.0,<7" "dev,docs,typing"
 if [ "$which_venvs" = all ]; then
   make_venv .venv-52 3.11 "django>=5.2,<5.3" "dev,tasks"
 fi
