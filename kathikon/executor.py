@@ -86,6 +86,15 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
                      cls, None, _since(started), queue_time)
 
 
+def fail_job(job: Job, exc: Exception, *, duration: float = 0.0) -> Execution:
+    """The failed attempt of a job the runtime stopped waiting for (its timeout); writes nothing."""
+    try:
+        _, cls = worker_class(job.worker)
+    except KathikonError:
+        cls = Worker
+    return _failed(job, cls(), exc, time.perf_counter() - duration, _queue_time(job))
+
+
 def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
     """Call ``perform``; coroutines run on the process's event loop with ``timeout``."""
     import inspect
