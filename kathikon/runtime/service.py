@@ -66,6 +66,7 @@ class PeriodicService:
         self.node = node
         self.interval = float(self.default_interval() if interval is None else interval)
         self.clock = clock or vendor.now
+        self.clock_injected = clock is not None  # False: services may use the database clock
         self.max_backoff = max(float(options.pop("max_backoff", 30.0)), self.interval)
         self.initial_delay = float(options.pop("initial_delay", 0.0))
         self.database = options.pop("database", None) or vendor.alias()

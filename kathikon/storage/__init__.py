@@ -29,6 +29,16 @@ from kathikon.storage.jobs import (
     retry_job,
     update_job,
 )
+from kathikon.storage.nodes import (
+    delete_stale_nodes,
+    fetch_node,
+    heartbeat,
+    live_nodes,
+    mark_node_stopped,
+    mark_node_stopping,
+    register_node,
+    stale_nodes,
+)
 from kathikon.storage.queues import (
     ensure_queue,
     paused_queues,
@@ -36,6 +46,7 @@ from kathikon.storage.queues import (
     set_all_paused,
     set_paused,
 )
+from kathikon.storage.rescue import Rescued, held_jobs, rescue_jobs
 from kathikon.storage.vendor import alias, db_now, is_postgres
 
 # The seed's names for the same operations.
@@ -62,11 +73,12 @@ def reset() -> None:
 
 
 __all__ = [
-    "Ack", "ack_jobs", "alias", "all", "all_jobs", "cancel_job", "claim", "claim_job",
-    "claim_jobs", "clear_jobs", "count_by_state", "db_now", "dead_jobs", "delete",
-    "delete_job", "ensure_queue", "events_for", "fetch", "fetch_job", "insert", "insert_job",
-    "insert_jobs", "is_postgres", "job_pk", "notify", "paused_queues", "promote_scheduled",
-    "prune_jobs",
-    "queue_rows", "queues", "record_event", "record_events", "rerun_job", "reset", "retry_job",
-    "set_all_paused", "set_paused", "setup", "start_job", "update", "update_job", "vendor",
+    "Ack", "Rescued", "ack_jobs", "alias", "all", "all_jobs", "cancel_job", "claim", "claim_job",
+    "claim_jobs", "clear_jobs", "count_by_state", "db_now", "dead_jobs", "delete", "delete_job",
+    "delete_stale_nodes", "ensure_queue", "events_for", "fetch", "fetch_job", "fetch_node",
+    "heartbeat", "held_jobs", "insert", "insert_job", "insert_jobs", "is_postgres", "job_pk",
+    "live_nodes", "mark_node_stopped", "mark_node_stopping", "notify", "paused_queues",
+    "promote_scheduled", "prune_jobs", "queue_rows", "queues", "record_event", "record_events",
+    "register_node", "rerun_job", "rescue_jobs", "reset", "retry_job", "set_all_paused",
+    "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job", "vendor",
 ]

@@ -1,0 +1,58 @@
+"""Internal: the heartbeat — proof, written every ``HEARTBEAT_INTERVAL``, that a node lives.
+
+The time is the database's (``storage.heartbeat``), so the lifeline on another
+host compares it with the same clock. A node whose row has gone (pruned while it
+was frozen, deleted by an operator) writes it again. A node that notices it was
+silent longer than ``RESCUE_AFTER`` logs a warning: other nodes may have rescued
+its jobs, and its own late acknowledgements for them will be refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kathikon import conf, storage
+from kathikon.runtime.service import PeriodicService
+
+logger = logging.getLogger("kathikon.runtime")
+
+
+class Heartbeat(PeriodicService):
+    """Stamp this node's ``heartbeat_at`` every ``interval`` seconds.
+
+    Options: ``interval`` (default ``HEARTBEAT_INTERVAL``), ``rescue_after``
+    (default ``RESCUE_AFTER``, for the late-heartbeat warning), ``hostname``,
+    ``pid`` and ``queues`` (to re-create a missing node row), ``clock`` (tests:
+    stamp this time instead of the database clock).
+    """
+
+    name = "heartbeat"
+
+    def __init__(self, node: str, *, rescue_after: float | None = None, hostname: str = "",
+                 pid: int | None = None, queues: Mapping[str, int] | None = None,
+                 **options: Any) -> None:
+        super().__init__(node, **options)
+        self.rescue_after = conf.rescue_after() if rescue_after is None else rescue_after
+        self.hostname, self.pid, self.queues = hostname, pid, dict(queues or {})
+        self._last_beat: float | None = None
+
+    def default_interval(self) -> float:
+        return conf.heartbeat_interval()
+
+    def run_once(self) -> bool:
+        """Write one heartbeat; returns False when the row had to be re-created."""
+        at = self.now() if self.clock_injected else None  # None: the database clock
+        beat = time.monotonic()
+        if self._last_beat is not None and beat - self._last_beat > self.rescue_after:
+            logger.warning("kathikon node %s was silent for %.0fs (RESCUE_AFTER is %.0fs): "
+                           "its jobs may have been rescued elsewhere", self.node,
+                           beat - self._last_beat, self.rescue_after)
+        existed = storage.heartbeat(self.node, at=at, create={
+            "hostname": self.hostname, "pid": self.pid, "queues": self.queues})
+        if not existed:
+            logger.warning("kathikon node %s had no node row; wrote it again", self.node)
+        self._last_beat = beat
+        return existed

@@ -1,0 +1,57 @@
+"""Internal: the lifeline — rescues jobs held by nodes that vanished.
+
+Every node runs it (every ``HEARTBEAT_INTERVAL`` by default). A job that is
+``claimed`` or ``running`` on a node whose heartbeat is older than
+``RESCUE_AFTER`` by the database's clock, on a node recorded as stopped, or on a
+node with no row at all that started more than ``RESCUE_AFTER`` ago, goes back
+to ``retryable`` (available at once), or to ``dead`` when it has used all its
+attempts, with an error entry of kind ``kathikon.NodeVanished`` naming the node.
+The write is fenced on the job's lease, and candidates are locked with
+``SKIP LOCKED``, so lifelines on many nodes rescue each job exactly once and a
+node that wakes up later cannot overwrite the rescue. Parents of open batches
+are left alone. See ``docs/reliability.md``.
+
+Signals: ``job_rescued(sender=worker class, job, node=<vanished node>, state)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from kathikon import conf, storage
+from kathikon.runtime.service import PeriodicService
+from kathikon.storage.rescue import Rescued
+
+
+class Lifeline(PeriodicService):
+    """Rescue the jobs of nodes silent for ``rescue_after`` seconds.
+
+    Options: ``interval`` (default ``HEARTBEAT_INTERVAL``), ``rescue_after``
+    (default ``RESCUE_AFTER``), ``limit`` (jobs per transaction, 500), ``clock``
+    (default: the database's clock; tests inject their own).
+    """
+
+    name = "lifeline"
+
+    def __init__(self, node: str, *, rescue_after: float | None = None, limit: int = 500,
+                 **options: Any) -> None:
+        super().__init__(node, **options)
+        if not self.clock_injected:
+            self.clock = storage.db_now
+        self.rescue_after = conf.rescue_after() if rescue_after is None else rescue_after
+        self.limit = limit
+
+    def default_interval(self) -> float:
+        return conf.heartbeat_interval()
+
+    def run_once(self) -> list[Rescued]:
+        """Rescue every job due for rescue now; returns them."""
+        now = self.now()
+        cutoff = now - dt.timedelta(seconds=self.rescue_after)
+        rescued: list[Rescued] = []
+        while True:
+            batch = storage.rescue_jobs(cutoff, rescuer=self.node, now=now, limit=self.limit)
+            rescued.extend(batch)
+            if len(batch) < self.limit or self.stopping:
+                return rescued

@@ -1,0 +1,160 @@
+"""Internal: rescuing jobs held by vanished nodes — the lifeline's SQL.
+
+A job that is ``claimed`` or ``running`` is rescued when the node it names in
+``attempted_by``
+
+- has stopped heartbeating (``heartbeat_at`` older than the cut-off, database clock),
+- is recorded as ``stopped`` (it exited; anything still in its name is an orphan),
+- or has no node row at all and the job started before the cut-off (external
+  runners using ``kathikon.claim()`` have no heartbeats: they get ``RESCUE_AFTER``
+  to finish).
+
+A parent job whose batch is still open is never rescued: it legitimately stays
+``running`` until the batch is closed.
+
+Rescue is fenced like every write after a claim: the UPDATE matches only while
+the job is still executing under the ``lease`` that was read, so a job that
+moved on is left alone and a node that wakes up later finds its own
+acknowledgements refused. On PostgreSQL and MariaDB the candidates are locked
+with ``FOR UPDATE SKIP LOCKED`` so lifelines on many nodes split the work
+instead of rescuing a job twice; SQLite's single writer serialises them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q
+
+from kathikon.models import Batch, Job, Node
+from kathikon.states import EXECUTING_STATES, JobState
+from kathikon.storage import notify, vendor
+from kathikon.storage.events import record_event
+
+logger = logging.getLogger("kathikon.runtime")
+
+ERROR_KIND = "kathikon.NodeVanished"
+
+
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    """One rescued job: the job as written, the node that vanished, and its new state."""
+
+    job: Job
+    node: str
+    state: str
+
+
+def rescue_jobs(cutoff: dt.datetime | None = None, *, nodes: Sequence[str] | None = None,
+                rescuer: str = "", reason: str = "", now: dt.datetime | None = None,
+                limit: int = 500, send_signals: bool = True) -> list[Rescued]:
+    """Rescue up to ``limit`` jobs held by vanished nodes; returns what was rescued.
+
+    Either ``cutoff`` (heartbeats older than this are stale; database clock) or
+    ``nodes`` (rescue everything these nodes hold, e.g. a restarted name) must be given.
+    ``now`` stamps the rescue (default: the database clock).
+    """
+    if cutoff is None and nodes is None:
+        raise ValueError("rescue_jobs needs a cutoff or nodes")
+    if nodes is not None and not nodes:
+        return []
+    with vendor.atomic():
+        now = now or vendor.db_now()
+        candidates = _candidates(cutoff, nodes, limit)
+        if not candidates:
+            return []
+        known = {node.name: node for node in Node.objects.using(vendor.alias())
+                 .filter(name__in={job.attempted_by for job in candidates})}
+        rescued = [r for job in candidates
+                   if (r := _rescue_one(job, known.get(job.attempted_by), now, rescuer, reason))]
+        notify.notify(notify.AVAILABLE,
+                      {r.job.queue for r in rescued if r.state == JobState.RETRYABLE})
+    if send_signals:
+        _send_signals(rescued)
+    return rescued
+
+
+def held_jobs(node: str) -> list[Job]:
+    """The jobs ``node`` currently holds (claimed or running)."""
+    return list(Job.objects.using(vendor.alias())
+                .filter(attempted_by=node, state__in=EXECUTING_STATES).order_by("id"))
+
+
+def _candidates(cutoff: dt.datetime | None, nodes: Sequence[str] | None,
+                limit: int) -> list[Job]:
+    using = vendor.alias()
+    query = Job.objects.using(using).filter(state__in=EXECUTING_STATES)
+    if nodes is not None:
+        query = query.filter(attempted_by__in=list(nodes))
+    else:
+        all_nodes = Node.objects.using(using)
+        stale = all_nodes.filter(Q(status=Node.Status.STOPPED) | Q(heartbeat_at__lt=cutoff))
+        query = query.filter(
+            Q(attempted_by__in=stale.values("name"))
+            | (~Q(attempted_by__in=all_nodes.values("name")) & Q(started_at__lt=cutoff)))
+    open_batch = Batch.objects.using(using).filter(parent_job_id=OuterRef("id"),
+                                                   status=Batch.Status.OPEN)
+    query = query.exclude(Exists(open_batch)).order_by("id")
+    if vendor.vendor() != "sqlite":
+        # Another lifeline's candidates are skipped, not waited for: each job is rescued once.
+        query = query.select_for_update(skip_locked=True)
+    return list(query[:limit])
+
+
+def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
+                reason: str) -> Rescued | None:
+    vanished = job.attempted_by
+    state = JobState.DEAD if job.attempts >= job.max_attempts else JobState.RETRYABLE
+    error = {"attempt": job.attempts, "at": now.isoformat(), "kind": ERROR_KIND,
+             "message": _message(job, node, now, reason), "traceback": ""}
+    changes: dict[str, Any] = {"state": state, "errors": [*job.errors, error]}
+    if state == JobState.DEAD:
+        changes["completed_at"] = now
+    else:
+        changes["available_at"] = now
+    # Fenced: only while the job is still executing under the lease we read.
+    written = Job.objects.using(vendor.alias()).filter(
+        id=job.id, lease=job.lease, state__in=EXECUTING_STATES).update(**changes)
+    if not written:
+        return None
+    for name, value in changes.items():
+        setattr(job, name, value)
+    record_event(job.id, "rescued", actor=rescuer, at=now, node=vanished, state=state,
+                 attempt=job.attempts)
+    return Rescued(job=job, node=vanished, state=state)
+
+
+def _message(job: Job, node: Node | None, now: dt.datetime, reason: str) -> str:
+    name = job.attempted_by or "(unnamed)"
+    if reason == "restarted":
+        return f"node {name} restarted while holding this job; its previous process is gone"
+    if node is None:
+        started = (now - job.started_at).total_seconds() if job.started_at else 0.0
+        return (f"node {name} has no heartbeat record and the job started {started:.0f}s "
+                "ago; presumed vanished")
+    if node.status == Node.Status.STOPPED:
+        return f"node {name} stopped while holding this job"
+    silent = (now - node.heartbeat_at).total_seconds()
+    return (f"node {name} stopped heartbeating (last heartbeat "
+            f"{node.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC, {silent:.0f}s before the rescue)")
+
+
+def _send_signals(rescued: Sequence[Rescued]) -> None:
+    from kathikon import signals
+    from kathikon.exceptions import KathikonError
+    from kathikon.jobspec import worker_class
+    from kathikon.workers import Worker
+
+    for item in rescued:
+        logger.warning("kathikon rescued job %s (%s) from node %s: now %s",
+                       item.job.id.hex, item.job.worker, item.node, item.state)
+        try:
+            sender: type = worker_class(item.job.worker)[1]
+        except KathikonError:
+            sender = Worker
+        signals.send(signals.job_rescued, sender, job=item.job, node=item.node,
+                     state=item.state)
