@@ -1,0 +1,1 @@
+"""Runtime tests: services, the lifeline and real worker processes."""
