@@ -158,6 +158,7 @@ def _error(job: Job, exc: BaseException, *, kind: str | None = None,
     return {
         "attempt": job.attempts,
         "at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "node": job.attempted_by or "",  # who ran this attempt (TaskResult.worker_ids)
         "kind": kind or f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": message if message is not None else str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
