@@ -1,0 +1,227 @@
+"""``manage.py kathikon_ops``: inspect and steer jobs and queues from a shell.
+
+A thin shell over ``kathikon.dashboard`` and ``kathikon.report``: tables for
+people, ``--json`` for scripts, a non-zero exit and a clear message for unknown
+ids, states or queue names. See docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kathikon import dashboard, report
+from kathikon.exceptions import KathikonError
+from kathikon.states import JobState
+
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``3600``, ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``."""
+    match = DURATION.match(text.strip())
+    if match is None:
+        raise ValueError(f"bad duration {text!r}: use e.g. 3600, 30m, 12h or 7d")
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+class Command(BaseCommand):
+    help = "Inspect and steer Kathikon jobs and queues (summary, jobs, failures, retry, …)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        commands = parser.add_subparsers(dest="action", metavar="COMMAND", required=True)
+
+        def sub(name: str, text: str) -> Any:
+            command = commands.add_parser(name, help=text, description=text)
+            command.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+            return command
+
+        sub("summary", "Queues: paused, concurrency, jobs per state, oldest waiting, throughput.")
+        jobs = sub("jobs", "List jobs, newest first (keyset-paginated with --cursor).")
+        jobs.add_argument("--queue")
+        jobs.add_argument("--state", choices=JobState.values)
+        jobs.add_argument("--worker", help="The worker's dotted path.")
+        jobs.add_argument("--limit", type=int, default=50)
+        jobs.add_argument("--cursor", help="The 'next cursor' printed by the previous page.")
+        failures = sub("failures", "Failures by worker and error kind.")
+        failures.add_argument("--window", type=duration, default=86400,
+                              help="How far back to look (default 1d; e.g. 30m, 12h, 7d).")
+        failures.add_argument("--limit", type=int, default=100)
+        sub("show", "One job with its errors and history.").add_argument("id")
+        for name, text in (("retry", "Put jobs back to available now."),
+                           ("cancel", "Cancel pending jobs."),
+                           ("rerun", "Enqueue copies of finished jobs.")):
+            sub(name, text).add_argument("ids", nargs="+", metavar="ID")
+        for name in ("pause", "resume"):
+            command = sub(name, f"{name.capitalize()} a queue, or every queue with --all.")
+            command.add_argument("queue", nargs="?")
+            command.add_argument("--all", action="store_true", dest="all_queues")
+        prune = sub("prune", "Delete finished jobs older than the retention period.")
+        prune.add_argument("--older-than", type=duration, default=None,
+                           help="Default: KATHIKON['RETENTION_PERIOD'].")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        handler: Callable[[dict[str, Any]], Any] = getattr(self, f"do_{options['action']}")
+        try:
+            handler(options)
+        except (KathikonError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def do_summary(self, options: dict[str, Any]) -> None:
+        summaries = dashboard.queue_summary()
+        if options["json"]:
+            return self.emit([summary.as_dict() for summary in summaries])
+        rows = [[s.name, "paused" if s.paused else "running", s.concurrency,
+                 s.counts["available"], s.counts["scheduled"],
+                 s.counts["claimed"] + s.counts["running"], s.counts["retryable"],
+                 s.counts["dead"], s.counts["completed"], s.counts["cancelled"],
+                 age(s.oldest_available_age), f"{s.completed_last_minute}/{s.completed_last_hour}",
+                 f"{s.failed_last_minute}/{s.failed_last_hour}"] for s in summaries]
+        self.table(["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "EXECUTING",
+                    "RETRYABLE", "DEAD", "COMPLETED", "CANCELLED", "OLDEST",
+                    "DONE 1m/1h", "FAILED 1m/1h"], rows)
+
+    def do_jobs(self, options: dict[str, Any]) -> None:
+        page = dashboard.list_jobs(queue=options["queue"], state=options["state"],
+                                   worker=options["worker"], limit=options["limit"],
+                                   cursor=options["cursor"])
+        if options["json"]:
+            return self.emit({"jobs": [dashboard.job_as_dict(job) for job in page.jobs],
+                              "next_cursor": page.next_cursor})
+        rows = [[job.id.hex, job.worker, job.queue, job.state, job.priority,
+                 f"{job.attempts}/{job.max_attempts}", when(job.inserted_at),
+                 when(job.completed_at)] for job in page.jobs]
+        self.table(["ID", "WORKER", "QUEUE", "STATE", "PRI", "ATTEMPTS", "INSERTED",
+                    "FINISHED"], rows)
+        if page.next_cursor:
+            self.stdout.write(f"next page: --cursor {page.next_cursor}")
+
+    def do_failures(self, options: dict[str, Any]) -> None:
+        failures = report.failure_summary(window=options["window"], limit=options["limit"])
+        if options["json"]:
+            return self.emit([failure.as_dict() for failure in failures])
+        rows = [[f.worker, f.kind, f.count, when(f.last_seen), clip(f.sample_message, 60)]
+                for f in failures]
+        self.table(["WORKER", "KIND", "COUNT", "LAST SEEN", "SAMPLE MESSAGE"], rows)
+
+    def do_show(self, options: dict[str, Any]) -> None:
+        detail = dashboard.fetch_job(options["id"])
+        if options["json"]:
+            return self.emit({"job": dashboard.job_as_dict(detail.job),
+                              "history": detail.history})
+        data = dashboard.job_as_dict(detail.job)
+        errors = data.pop("errors")
+        width = max(len(name) for name in data)
+        for name, value in data.items():
+            shown = json.dumps(value) if isinstance(value, (dict, list)) else value
+            self.stdout.write(f"{name.ljust(width)}  {'-' if shown is None else shown}")
+        self.stdout.write("\nhistory:")
+        self.table(["AT", "EVENT", "DETAILS"], [
+            [when(item["at"]), item["event"], clip(", ".join(
+                f"{key}={value}" for key, value in item.items()
+                if key not in ("at", "event") and value not in (None, "")), 80)]
+            for item in detail.history])
+        for error in errors:
+            self.stdout.write(f"\nerror (attempt {error.get('attempt')}, {error.get('at')}): "
+                              f"{error.get('kind')}: {error.get('message')}")
+            self.stdout.write(str(error.get("traceback") or "").rstrip())
+
+    # -- changes -------------------------------------------------------------------------------
+
+    def do_retry(self, options: dict[str, Any]) -> None:
+        self.bulk(options, dashboard.retry_jobs, "retried")
+
+    def do_cancel(self, options: dict[str, Any]) -> None:
+        self.bulk(options, dashboard.cancel_jobs, "cancelled")
+
+    def do_rerun(self, options: dict[str, Any]) -> None:
+        self.bulk(options, dashboard.rerun_jobs, "rerun as")
+
+    def do_pause(self, options: dict[str, Any]) -> None:
+        self.pause(options, paused=True)
+
+    def do_resume(self, options: dict[str, Any]) -> None:
+        self.pause(options, paused=False)
+
+    def do_prune(self, options: dict[str, Any]) -> None:
+        deleted = dashboard.prune(older_than=options["older_than"])
+        if options["json"]:
+            return self.emit({"deleted": deleted})
+        self.stdout.write(f"pruned {deleted} finished job(s)")
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def bulk(self, options: dict[str, Any], action: Callable[..., dashboard.ActionResult],
+             verb: str) -> None:
+        result = action(options["ids"])
+        if options["json"]:
+            self.emit({"changed": result.changed,
+                       "failed": [{"id": job_id, "reason": why} for job_id, why in result.failed]})
+        else:
+            for job_id in result.changed:
+                self.stdout.write(f"{verb} {job_id}")
+            for job_id, why in result.failed:
+                self.stderr.write(f"{job_id}: {why}")
+        if result.failed:
+            raise CommandError(f"{len(result.failed)} of {len(options['ids'])} job(s) could not "
+                               f"be {verb.split()[0]}")
+
+    def pause(self, options: dict[str, Any], *, paused: bool) -> None:
+        verb = "paused" if paused else "resumed"
+        if options["all_queues"] == bool(options["queue"]):
+            raise CommandError("give a queue name or --all (not both)")
+        if options["all_queues"]:
+            names = (dashboard.pause_all if paused else dashboard.resume_all)()
+        else:
+            (dashboard.pause_queue if paused else dashboard.resume_queue)(options["queue"])
+            names = [options["queue"]]
+        if options["json"]:
+            return self.emit({verb: names})
+        self.stdout.write(f"{verb}: {', '.join(names) or '(no queues)'}")
+
+    def emit(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, indent=2, default=jsonable))
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row]
+                                               for row in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+        for row in cells:
+            self.stdout.write("  ".join(cell.ljust(width) for cell, width
+                                        in zip(row, widths, strict=True)).rstrip())
+        if not rows:
+            self.stdout.write("(none)")
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if hasattr(value, "hex") and not isinstance(value, (int, float)):
+        return value.hex
+    return str(value)
+
+
+def when(value: dt.datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else None
+
+
+def age(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 1] + "…"

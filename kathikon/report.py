@@ -1,0 +1,147 @@
+"""Queue and failure summaries for dashboards, the ops CLI and monitoring.
+
+    from kathikon import report
+
+    for queue in report.queue_summary():
+        print(queue.name, queue.paused, queue.counts["available"], queue.oldest_available_age)
+    for failure in report.failure_summary(window=3600):
+        print(failure.worker, failure.kind, failure.count, failure.sample_message)
+
+Each function runs a fixed number of aggregate queries (never one per queue
+or per job), so they are safe to call on a table with millions of jobs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kathikon import conf
+from kathikon.states import CLAIMABLE_STATES, JobState
+from kathikon.storage import queues as queue_storage
+from kathikon.storage import reports, vendor
+
+__all__ = ["FailureSummary", "QueueSummary", "ThroughputPoint", "failure_summary",
+           "queue_summary", "throughput"]
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """One queue: pause state, effective concurrency, jobs per state and recent throughput.
+
+    ``oldest_available_age`` is how long (seconds) the oldest due, unclaimed job
+    has waited, ``None`` when nothing waits. ``failed_*`` count jobs that ended
+    ``dead`` (retries that will run again are not failures yet).
+    """
+
+    name: str
+    paused: bool
+    concurrency: int
+    counts: dict[str, int] = field(default_factory=dict)
+    oldest_available_age: float | None = None
+    completed_last_minute: int = 0
+    completed_last_hour: int = 0
+    failed_last_minute: int = 0
+    failed_last_hour: int = 0
+    configured: bool = True
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "total": self.total}
+
+
+@dataclass(frozen=True)
+class FailureSummary:
+    """Failures of one worker with one error kind (the exception's class path)."""
+
+    worker: str
+    kind: str
+    count: int
+    last_seen: dt.datetime | None
+    sample_message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    """Jobs that completed and that died in one minute (``minute`` is its start, UTC)."""
+
+    minute: dt.datetime
+    completed: int
+    failed: int
+
+
+def queue_summary(now: dt.datetime | None = None) -> list[QueueSummary]:
+    """Every queue (configured, paused/overridden in the database, or holding jobs), by name.
+
+    Three queries: the queue rows, one GROUP BY (queue, state) over the jobs and
+    one over the last hour's finished jobs.
+    """
+    now = now or vendor.now()
+    rows = queue_storage.queue_rows()
+    configured = conf.queues()
+    counts: dict[str, dict[str, int]] = {}
+    oldest: dict[str, dt.datetime] = {}
+    for row in reports.queue_state_counts():
+        counts.setdefault(row["queue"], {})[row["state"]] = row["count"]
+        at = row["oldest_available_at"]
+        if row["state"] in CLAIMABLE_STATES and at is not None and at <= now:
+            oldest[row["queue"]] = min(at, oldest.get(row["queue"], at))
+    finished: dict[tuple[str, str], dict[str, int]] = {
+        (row["queue"], row["state"]): row for row in reports.finished_counts(now)}
+    names = sorted(set(configured) | set(rows) | set(counts))
+    summaries = []
+    for name in names:
+        row = rows.get(name)
+        done = finished.get((name, JobState.COMPLETED), {})
+        dead = finished.get((name, JobState.DEAD), {})
+        override = row.concurrency if row is not None else None
+        summaries.append(QueueSummary(
+            name=name,
+            paused=bool(row and row.paused),
+            concurrency=int(override or configured.get(name, {}).get("concurrency", 10)),
+            counts={state: counts.get(name, {}).get(state, 0) for state in JobState.values},
+            oldest_available_age=(now - oldest[name]).total_seconds() if name in oldest else None,
+            completed_last_minute=done.get("last_minute", 0),
+            completed_last_hour=done.get("last_hour", 0),
+            failed_last_minute=dead.get("last_minute", 0),
+            failed_last_hour=dead.get("last_hour", 0),
+            configured=name in configured,
+        ))
+    return summaries
+
+
+def failure_summary(*, window: float | dt.timedelta = 24 * 3600, limit: int = 100,
+                    now: dt.datetime | None = None) -> list[FailureSummary]:
+    """Failures grouped by worker and error kind, most frequent first (one query).
+
+    Looks at dead and retryable jobs that failed within ``window`` (seconds or a
+    timedelta, default one day) and groups them by their *last* error.
+    """
+    if not isinstance(window, dt.timedelta):
+        window = dt.timedelta(seconds=float(window))
+    since = (now or vendor.now()) - window
+    return [FailureSummary(**row) for row in reports.failure_rows(since, limit=limit)]
+
+
+def throughput(*, minutes: int = 60, queue: str | None = None,
+               now: dt.datetime | None = None) -> list[ThroughputPoint]:
+    """Completed and failed (dead) jobs per minute over the last ``minutes``, oldest first.
+
+    Every minute is present, with zeros where nothing finished (one query).
+    """
+    now = (now or vendor.now()).astimezone(dt.timezone.utc)
+    last = now.replace(second=0, microsecond=0)
+    first = last - dt.timedelta(minutes=minutes - 1)
+    buckets = {first + dt.timedelta(minutes=i): [0, 0] for i in range(minutes)}
+    for row in reports.finished_per_minute(first, queue=queue):
+        bucket = buckets.get(row["minute"])
+        if bucket is not None:
+            bucket[0 if row["state"] == JobState.COMPLETED else 1] += row["count"]
+    return [ThroughputPoint(minute, done, failed) for minute, (done, failed) in buckets.items()]

@@ -1,0 +1,177 @@
+"""Internal: the read models behind reports, the dashboard, the CLI and the admin.
+
+Every function is one or two aggregate statements whatever the number of
+queues or jobs, and each one is shaped to use an index of ``kathikon_job``
+(``(queue, state)``, ``(worker, state)``, ``(state, id)``, ``completed_at``)
+so the pages stay fast with millions of rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Count, Min, Q
+from django.db.models.functions import TruncMinute
+
+from kathikon.models import Job, JobEvent
+from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
+from kathikon.storage import vendor
+
+FINISHED_STATES = (JobState.COMPLETED, JobState.DEAD)
+FAILED_STATES = (JobState.DEAD, JobState.RETRYABLE)
+
+
+def _jobs() -> Any:
+    return Job.objects.using(vendor.alias()).order_by()
+
+
+def queue_state_counts() -> list[dict[str, Any]]:
+    """``[{"queue", "state", "count", "oldest_available_at"}]``: one GROUP BY over the jobs.
+
+    ``oldest_available_at`` is the smallest ``available_at`` of the group; it only
+    means "oldest waiting job" for the claimable states.
+    """
+    rows = _jobs().values("queue", "state").annotate(
+        count=Count("id"), oldest=Min("available_at", filter=Q(state__in=CLAIMABLE_STATES)))
+    return [{"queue": row["queue"], "state": row["state"], "count": row["count"],
+             "oldest_available_at": row["oldest"]} for row in rows]
+
+
+def finished_counts(now: dt.datetime) -> list[dict[str, Any]]:
+    """Jobs completed or dead in the last hour and minute, per queue: one query on completed_at."""
+    hour_ago, minute_ago = now - dt.timedelta(hours=1), now - dt.timedelta(minutes=1)
+    rows = _jobs().filter(completed_at__gte=hour_ago, state__in=FINISHED_STATES).values(
+        "queue", "state").annotate(
+        hour=Count("id"), minute=Count("id", filter=Q(completed_at__gte=minute_ago)))
+    return [{"queue": row["queue"], "state": row["state"], "last_hour": row["hour"],
+             "last_minute": row["minute"]} for row in rows]
+
+
+def finished_per_minute(since: dt.datetime, queue: str | None = None) -> list[dict[str, Any]]:
+    """``[{"minute", "state", "count"}]`` for jobs that completed or died since ``since``."""
+    query = _jobs().filter(completed_at__gte=since, state__in=FINISHED_STATES)
+    if queue is not None:
+        query = query.filter(queue=queue)
+    rows = query.annotate(minute=TruncMinute("completed_at", tzinfo=dt.timezone.utc)).values(
+        "minute", "state").annotate(count=Count("id"))
+    return [{"minute": _aware(row["minute"]), "state": row["state"], "count": row["count"]}
+            for row in rows]
+
+
+# The last element of the ``errors`` JSON array, per vendor: ``{field}`` is kind, message, at.
+_LAST_ERROR = {
+    "postgresql": "({errors} -> -1 ->> '{field}')",
+    "mysql": ("JSON_UNQUOTE(JSON_EXTRACT({errors}, "
+              "CONCAT('$[', JSON_LENGTH({errors}) - 1, '].{field}')))"),
+    "sqlite": "json_extract({errors}, '$[#-1].{field}')",
+}
+
+
+def failure_rows(since: dt.datetime, limit: int = 100) -> list[dict[str, Any]]:
+    """Dead and retryable jobs grouped by worker and their last error's kind (one query).
+
+    Bounded to jobs that failed since ``since``: dead jobs by ``completed_at``;
+    retryable jobs by ``available_at``, which is never earlier than their last
+    failure. ``last_seen`` is the newest last-error time (ISO text, parsed here).
+    """
+    connection = vendor.connection()
+    quote = connection.ops.quote_name
+    template = _LAST_ERROR.get(connection.vendor, _LAST_ERROR["sqlite"])
+    errors = quote("errors")
+
+    def last(field: str) -> str:
+        return template.format(errors=errors, field=field)
+
+    sql = f"""
+        SELECT {quote("worker")}, {last("kind")} AS kind, COUNT(*), MAX({last("at")}),
+               MAX({last("message")})
+        FROM {vendor.table(Job)}
+        WHERE (({quote("state")} = %s AND {quote("completed_at")} >= %s)
+               OR ({quote("state")} = %s AND {quote("available_at")} >= %s))
+        GROUP BY {quote("worker")}, kind
+        ORDER BY COUNT(*) DESC
+        LIMIT %s
+    """
+    params = [JobState.DEAD, since, JobState.RETRYABLE, since, limit]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [{"worker": worker, "kind": kind or "(no error recorded)", "count": count,
+             "last_seen": _parse_time(at), "sample_message": message or ""}
+            for worker, kind, count, at, message in rows]
+
+
+def distinct_values(column: str, limit: int = 200) -> list[str]:
+    """Distinct ``queue`` or ``worker`` values of the jobs, sorted, at most ``limit``.
+
+    PostgreSQL has no loose index scan, so a recursive CTE hops through the
+    ``(column, state)`` index one value at a time: milliseconds on millions of rows.
+    """
+    if column not in ("queue", "worker"):
+        raise ValueError(f"no distinct values for {column!r}")
+    if not vendor.is_postgres():
+        return list(_jobs().order_by(column).values_list(column, flat=True).distinct()[:limit])
+    table, col = vendor.table(Job), f'"{column}"'
+    sql = f"""
+        WITH RECURSIVE v AS (
+            (SELECT {col} AS value FROM {table} ORDER BY {col} LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {col} FROM {table} WHERE {col} > v.value ORDER BY {col} LIMIT 1)
+            FROM v WHERE v.value IS NOT NULL
+        )
+        SELECT value FROM v WHERE value IS NOT NULL LIMIT %s
+    """
+    with vendor.connection().cursor() as cursor:
+        cursor.execute(sql, [limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def estimated_job_count() -> int | None:
+    """The planner's estimate of the number of jobs (PostgreSQL), or ``None``."""
+    if not vendor.is_postgres():
+        return None
+    with vendor.connection().cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                       [Job._meta.db_table])
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] is not None and row[0] >= 0 else None
+
+
+def capped_count(queryset: Any, cap: int) -> int:
+    """``min(count, cap + 1)`` without counting every row: ``COUNT(*)`` over ``LIMIT cap+1``."""
+    return int(queryset.order_by()[:cap + 1].count())
+
+
+def delete_jobs(ids: Iterable[uuid.UUID]) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    """Delete the given jobs that are not executing, and their events.
+
+    Returns ``(deleted, refused)``: claimed or running jobs are refused, since a
+    worker is about to write their outcome.
+    """
+    wanted = list(ids)
+    with vendor.atomic():
+        rows = dict(_jobs().select_for_update().filter(id__in=wanted)
+                    .values_list("id", "state"))
+        deletable = [pk for pk, state in rows.items() if state not in EXECUTING_STATES]
+        refused = [pk for pk, state in rows.items() if state in EXECUTING_STATES]
+        JobEvent.objects.using(vendor.alias()).filter(job_id__in=deletable).delete()
+        _jobs().filter(id__in=deletable).exclude(state__in=EXECUTING_STATES).delete()
+    return deletable, refused
+
+
+def _aware(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return _aware(value)
+    try:
+        return _aware(dt.datetime.fromisoformat(str(value)))
+    except ValueError:
+        return None

@@ -1,0 +1,111 @@
+"""kathikon.report: queue and failure summaries, throughput — a fixed number of queries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import pytest
+from django.utils import timezone
+
+import kathikon
+from kathikon import report
+from kathikon.models import Queue
+from kathikon.states import JobState
+
+pytestmark = pytest.mark.django_db
+
+
+def test_queue_summary_counts_every_state(mixed_jobs, django_assert_max_num_queries):
+    with django_assert_max_num_queries(3):
+        summaries = {s.name: s for s in report.queue_summary()}
+    default = summaries["default"]
+    assert default.counts[JobState.AVAILABLE] == 1
+    assert default.counts[JobState.SCHEDULED] == 1
+    assert default.counts[JobState.RUNNING] == 1
+    assert default.counts[JobState.COMPLETED] == 2
+    assert default.counts[JobState.DEAD] == 1
+    assert default.counts[JobState.RETRYABLE] == 1
+    assert default.counts[JobState.CANCELLED] == 1
+    assert default.total == 8
+    assert default.concurrency == 10 and not default.paused
+    assert 280 <= default.oldest_available_age <= 400
+    assert default.completed_last_minute == 1 and default.completed_last_hour == 1
+    assert default.failed_last_minute == 1 and default.failed_last_hour == 1
+    emails = summaries["emails"]
+    assert emails.counts[JobState.DEAD] == 1 and emails.concurrency == 5
+    assert emails.failed_last_minute == 0 and emails.failed_last_hour == 1
+    assert emails.oldest_available_age is None
+
+
+def test_queue_summary_merges_rows_settings_and_jobs(job_factory):
+    Queue.objects.create(name="emails", paused=True, concurrency=2)
+    Queue.objects.create(name="reports", paused=False)
+    job_factory(queue="adhoc")
+    summaries = {s.name: s for s in report.queue_summary()}
+    assert set(summaries) == {"default", "emails", "reports", "adhoc"}
+    assert summaries["emails"].paused and summaries["emails"].concurrency == 2
+    assert summaries["adhoc"].counts[JobState.AVAILABLE] == 1
+    assert not summaries["adhoc"].configured and summaries["default"].configured
+    assert summaries["default"].total == 0
+    assert summaries["default"].as_dict()["total"] == 0
+
+
+def test_queue_summary_query_count_does_not_grow_with_queues(job_factory,
+                                                             django_assert_max_num_queries):
+    for index in range(12):
+        job_factory(queue=f"q{index}")
+        Queue.objects.create(name=f"row{index}")
+    with django_assert_max_num_queries(3):
+        assert len(report.queue_summary()) == 2 + 12 + 12
+
+
+def test_failure_summary_groups_by_worker_and_last_error_kind(mixed_jobs,
+                                                              django_assert_num_queries):
+    with django_assert_num_queries(1):
+        failures = report.failure_summary()
+    by_key = {(f.worker, f.kind): f for f in failures}
+    dead = by_key[("tests.workers.Explode", "builtins.RuntimeError")]
+    assert dead.count == 1 and dead.sample_message == "boom 3"
+    assert dead.last_seen is not None and dead.last_seen.tzinfo is not None
+    retry = by_key[("tests.workers.Explode", "builtins.ValueError")]
+    assert retry.count == 1 and retry.sample_message == "bad value"
+    assert ("tests.workers.Emails", "smtplib.SMTPError") in by_key
+    assert failures[0].as_dict()["count"] == 1
+
+
+def test_failure_summary_window_excludes_old_failures(mixed_jobs):
+    kinds = {f.kind for f in report.failure_summary(window=120)}
+    assert "smtplib.SMTPError" not in kinds  # died 10 minutes ago
+    assert "builtins.RuntimeError" in kinds
+
+
+def test_failure_summary_counts_many_jobs(job_factory):
+    from tests.ops.conftest import error
+
+    for index in range(5):
+        job_factory(state=JobState.DEAD, errors=[error(message=f"m{index}")])
+    job_factory(state=JobState.DEAD, errors=[])
+    counts = {f.kind: f.count for f in report.failure_summary()}
+    assert counts == {"builtins.RuntimeError": 5, "(no error recorded)": 1}
+
+
+def test_throughput_has_every_minute(mixed_jobs):
+    points = report.throughput(minutes=60)
+    assert len(points) == 60
+    assert points[-1].minute <= timezone.now() < points[-1].minute + dt.timedelta(minutes=1)
+    assert sum(p.completed for p in points) == 1
+    assert sum(p.failed for p in points) == 2  # dead 30 s and 10 min ago
+    assert all(b.minute - a.minute == dt.timedelta(minutes=1)
+               for a, b in itertools.pairwise(points))
+
+
+def test_throughput_by_queue(mixed_jobs):
+    assert sum(p.failed for p in report.throughput(queue="emails")) == 1
+    assert sum(p.completed for p in report.throughput(queue="emails")) == 0
+
+
+def test_reports_of_an_empty_database(db):
+    assert [s.name for s in report.queue_summary()] == ["default", "emails"]
+    assert report.failure_summary() == []
+    assert kathikon.all() == []
