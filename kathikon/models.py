@@ -210,6 +210,11 @@ class Batch(models.Model):
     class Meta:
         ordering = ["-inserted_at"]
         verbose_name_plural = "batches"
+        indexes = [
+            # The scheduler's sweep for closed batches whose children have all finished.
+            PartialIndex(fields=["status"], where=Q(status="closed"),
+                         name="kathikon_batch_closed"),
+        ]
 
     def __str__(self) -> str:
         return f"batch {self.id.hex} [{self.status}]"
@@ -230,6 +235,9 @@ class CronSchedule(models.Model):
     max_attempts = models.PositiveIntegerField(null=True, blank=True)
     paused = models.BooleanField(default=False)
     static = models.BooleanField(default=False, help_text="Managed by settings; synced at start.")
+    catch_up = models.BooleanField(
+        default=True, help_text="Ticks missed while no worker ran fire once on the next start "
+        "(off: they are skipped).")
     last_fire_at = models.DateTimeField(null=True, blank=True)
     next_fire_at = models.DateTimeField(null=True, blank=True)
     inserted_at = models.DateTimeField()
