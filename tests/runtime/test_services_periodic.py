@@ -142,7 +142,8 @@ def _finish(job: kathikon.Job, state: str, at: dt.datetime) -> None:
 def test_pruner_deletes_old_terminal_jobs_in_chunks(clock: Clock):
     old = clock.at - dt.timedelta(days=8)
     stale = [kathikon.insert(workers.Succeed, {}) for _ in range(5)]
-    for job, state in zip(stale, ["completed", "dead", "cancelled", "completed", "dead"]):
+    for job, state in zip(stale, ["completed", "dead", "cancelled", "completed", "dead"],
+                          strict=True):
         _finish(job, state, old)
     storage.record_event(stale[0].id, "retried")
     recent = kathikon.insert(workers.Succeed, {})

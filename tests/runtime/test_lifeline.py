@@ -1,0 +1,256 @@
+"""The lifeline: which jobs are rescued, how, fencing, and concurrent lifelines."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+import kathikon
+from kathikon import signals, storage
+from kathikon.models import Batch, Job, JobEvent
+from kathikon.runtime.lifeline import Lifeline
+from kathikon.storage.acks import Ack
+from kathikon.storage.rescue import ERROR_KIND
+from tests import workers
+from tests.runtime.test_services_periodic import Clock
+
+RESCUE_AFTER = 60
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def lifeline(clock: Clock) -> Lifeline:
+    return Lifeline("rescuer", clock=clock, rescue_after=RESCUE_AFTER)
+
+
+def node(name: str, clock: Clock, *, silent_for: float = 0.0) -> None:
+    """A node whose last heartbeat was ``silent_for`` seconds before the clock's time."""
+    storage.register_node(name, "host", 1, {"default": 5},
+                          at=clock.at - dt.timedelta(seconds=silent_for))
+
+
+def held(node_name: str, count: int = 1, **options: Any) -> list[kathikon.Job]:
+    """``count`` jobs claimed (running) by ``node_name``."""
+    for _ in range(count):
+        kathikon.insert(workers.Succeed, {}, **options)
+    jobs = storage.claim_jobs(options.get("queue", "default"), count, node_name)
+    assert len(jobs) == count
+    return jobs
+
+
+def state(job: kathikon.Job) -> str:
+    return Job.objects.get(id=job.id).state
+
+
+@pytest.mark.django_db
+def test_rescues_the_jobs_of_a_silent_node_only(lifeline: Lifeline, clock: Clock):
+    node("dead", clock, silent_for=RESCUE_AFTER + 5)
+    node("alive", clock, silent_for=RESCUE_AFTER - 5)
+    lost = held("dead", 2)
+    kept = held("alive", 2)
+    external = kathikon.insert(workers.Succeed, {})
+    storage.claim_job(external.id, "dead")  # claimed (not running) counts too
+
+    rescued = lifeline.run_once()
+
+    assert {r.job.id for r in rescued} == {lost[0].id, lost[1].id, external.id}
+    assert all(r.node == "dead" and r.state == "retryable" for r in rescued)
+    assert [state(job) for job in kept] == ["running", "running"]
+    job = Job.objects.get(id=lost[0].id)
+    assert job.state == "retryable" and job.available_at == clock.at
+    assert job.attempted_by == "dead" and job.attempts == 1
+    (error,) = job.errors
+    assert error["kind"] == ERROR_KIND and error["attempt"] == 1 and error["traceback"] == ""
+    assert "node dead stopped heartbeating" in error["message"]
+    assert error["at"] == clock.at.isoformat()
+    (event,) = JobEvent.objects.filter(job_id=job.id)
+    assert (event.kind, event.actor, event.data["node"], event.data["state"]) == (
+        "rescued", "rescuer", "dead", "retryable")
+    assert lifeline.run_once() == []  # nothing left to rescue
+
+
+@pytest.mark.django_db
+def test_a_rescued_job_is_claimed_and_completed_again(lifeline: Lifeline, clock: Clock):
+    node("dead", clock, silent_for=3600)
+    (job,) = held("dead")
+    lifeline.run_once()
+    (again,) = storage.claim_jobs("default", 5, "other")
+    assert again.id == job.id and again.attempts == 2 and again.lease == job.lease + 1
+    assert storage.ack_jobs([Ack(again, "completed")]) == {job.id}
+
+
+@pytest.mark.django_db
+def test_out_of_attempts_the_job_is_dead(lifeline: Lifeline, clock: Clock):
+    node("dead", clock, silent_for=3600)
+    (last,) = held("dead", max_attempts=1)
+    rescued = lifeline.run_once()
+    assert [r.state for r in rescued] == ["dead"]
+    job = Job.objects.get(id=last.id)
+    assert job.state == "dead" and job.completed_at == clock.at
+    assert job.errors[-1]["kind"] == ERROR_KIND
+
+
+@pytest.mark.django_db
+def test_a_stopped_node_is_rescued_at_once_whatever_its_heartbeat(lifeline: Lifeline,
+                                                                   clock: Clock):
+    node("gone", clock)
+    (job,) = held("gone")
+    assert lifeline.run_once() == []
+    storage.mark_node_stopped("gone")
+    (rescued,) = lifeline.run_once()
+    assert rescued.job.id == job.id
+    assert "node gone stopped while holding this job" in rescued.job.errors[-1]["message"]
+
+
+@pytest.mark.django_db
+def test_jobs_of_an_unknown_node_are_rescued_once_they_are_older_than_rescue_after(
+        lifeline: Lifeline, clock: Clock):
+    old, young = held("external-runner", 2)
+    Job.objects.filter(id=old.id).update(
+        started_at=clock.at - dt.timedelta(seconds=RESCUE_AFTER + 1))
+    Job.objects.filter(id=young.id).update(
+        started_at=clock.at - dt.timedelta(seconds=RESCUE_AFTER - 10))
+    (rescued,) = lifeline.run_once()
+    assert rescued.job.id == old.id
+    assert "has no heartbeat record" in rescued.job.errors[-1]["message"]
+    assert state(young) == "running"
+
+
+@pytest.mark.django_db
+def test_the_parent_of_an_open_batch_is_never_rescued(lifeline: Lifeline, clock: Clock):
+    node("dead", clock, silent_for=3600)
+    open_parent, closed_parent = held("dead", 2)
+    Batch.objects.create(parent_job_id=open_parent.id, status="open", inserted_at=clock.at)
+    Batch.objects.create(parent_job_id=closed_parent.id, status="closed", inserted_at=clock.at)
+    assert [r.job.id for r in lifeline.run_once()] == [closed_parent.id]
+    assert state(open_parent) == "running"
+
+
+@pytest.mark.django_db
+def test_rescue_is_fenced_against_a_job_that_moved_on(lifeline: Lifeline, clock: Clock):
+    node("dead", clock, silent_for=3600)
+    (job,) = held("dead")
+    stale_copy = Job.objects.get(id=job.id)
+    # Between the lifeline's read and its write, the job finished and was claimed again.
+    storage.ack_jobs([Ack(job, "completed")])
+    storage.retry_job(job.id)
+    storage.claim_jobs("default", 1, "dead")
+    with mock.patch("kathikon.storage.rescue._candidates", return_value=[stale_copy]):
+        assert lifeline.run_once() == []
+    current = Job.objects.get(id=job.id)
+    assert current.state == "running" and current.errors == []
+    assert not JobEvent.objects.filter(job_id=job.id, kind="rescued").exists()
+
+
+@pytest.mark.django_db
+def test_the_vanished_nodes_late_acknowledgement_is_refused(lifeline: Lifeline, clock: Clock):
+    node("frozen", clock, silent_for=3600)
+    (job,) = held("frozen")
+    lifeline.run_once()
+    assert storage.ack_jobs([Ack(job, "completed", result={"late": True})]) == set()
+    assert storage.ack_jobs([Ack(job, "retryable", error={"kind": "x"})]) == set()
+    rescued = Job.objects.get(id=job.id)
+    assert rescued.state == "retryable" and rescued.result is None
+    assert [e["kind"] for e in rescued.errors] == [ERROR_KIND]
+
+
+@pytest.mark.django_db
+def test_rescue_sends_job_rescued_and_wakes_the_queue(lifeline: Lifeline, clock: Clock):
+    node("dead", clock, silent_for=3600)
+    held("dead", 1)
+    held("dead", 1, queue="emails")
+    received: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        received.append({"sender": sender, **kwargs})
+
+    signals.job_rescued.connect(receiver)
+    try:
+        with mock.patch("kathikon.storage.notify.notify",
+                        wraps=storage.notify.notify) as notify:
+            lifeline.run_once()
+    finally:
+        signals.job_rescued.disconnect(receiver)
+    assert sorted(r["job"].queue for r in received) == ["default", "emails"]
+    assert all(r["sender"] is workers.Succeed and r["node"] == "dead"
+               and r["state"] == "retryable" for r in received)
+    notify.assert_called_once_with("available", {"default", "emails"})
+
+
+@pytest.mark.django_db
+def test_registering_a_node_name_again_rescues_what_its_previous_process_held(clock: Clock):
+    node("w1", clock)
+    (job,) = held("w1")
+    storage.register_node("w1", "host", 2, {"default": 5})  # the process restarted
+    current = Job.objects.get(id=job.id)
+    assert current.state == "retryable"
+    assert "node w1 restarted" in current.errors[-1]["message"]
+
+
+@pytest.mark.django_db
+def test_the_lifeline_batches_and_defaults_to_the_database_clock(clock: Clock):
+    node("dead", clock, silent_for=3600)
+    held("dead", 5)
+    small = Lifeline("rescuer", clock=clock, rescue_after=RESCUE_AFTER, limit=2)
+    with mock.patch.object(storage, "rescue_jobs", wraps=storage.rescue_jobs) as rescue:
+        assert len(small.run_once()) == 5
+    assert rescue.call_count == 3
+    default = Lifeline("rescuer")
+    assert default.clock is storage.db_now and not default.clock_injected
+    assert abs((default.now() - timezone.now()).total_seconds()) < 60
+
+
+@pytest.mark.django_db
+def test_a_live_node_with_a_skewed_host_clock_is_not_rescued(vendor: str):
+    """Heartbeats and the cut-off both come from the database: host skew cannot matter."""
+    if vendor == "sqlite":
+        pytest.skip("SQLite runs on one host: the application's clock is the database's")
+    skewed = timezone.now() - dt.timedelta(hours=1)  # the worker host is an hour behind
+    with mock.patch("django.utils.timezone.now", return_value=skewed):
+        storage.register_node("behind")
+        storage.heartbeat("behind")
+    held("behind", 1)
+    assert Lifeline("rescuer", rescue_after=RESCUE_AFTER).run_once() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_lifelines_rescue_each_job_once(concurrent_db: None):
+    clock = Clock()
+    node("dead", clock, silent_for=3600)
+    total = 120
+    jobs = held("dead", total)
+    results: list[list[Any]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def rescue(slot: int) -> None:
+        try:
+            start.wait()
+            results[slot] = Lifeline(f"r{slot}", clock=clock, rescue_after=RESCUE_AFTER,
+                                     limit=7).run_once()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=rescue, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    rescued = [r.job.id for result in results for r in result]
+    assert len(rescued) == len(set(rescued)) == total
+    assert set(rescued) == {job.id for job in jobs}
+    assert JobEvent.objects.filter(kind="rescued").count() == total
+    assert all(len(job.errors) == 1 for job in Job.objects.all())
