@@ -109,8 +109,8 @@ def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
                 reason: str) -> Rescued | None:
     vanished = job.attempted_by
     state = JobState.DEAD if job.attempts >= job.max_attempts else JobState.RETRYABLE
-    error = {"attempt": job.attempts, "at": now.isoformat(), "kind": ERROR_KIND,
-             "message": _message(job, node, now, reason), "traceback": ""}
+    error = {"attempt": job.attempts, "at": now.isoformat(), "node": vanished,
+             "kind": ERROR_KIND, "message": _message(job, node, now, reason), "traceback": ""}
     changes: dict[str, Any] = {"state": state, "errors": [*job.errors, error]}
     if state == JobState.DEAD:
         changes["completed_at"] = now

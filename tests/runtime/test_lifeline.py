@@ -72,7 +72,7 @@ def test_rescues_the_jobs_of_a_silent_node_only(lifeline: Lifeline, clock: Clock
     (error,) = job.errors
     assert error["kind"] == ERROR_KIND and error["attempt"] == 1 and error["traceback"] == ""
     assert "node dead stopped heartbeating" in error["message"]
-    assert error["at"] == clock.at.isoformat()
+    assert error["at"] == clock.at.isoformat() and error["node"] == "dead"
     (event,) = JobEvent.objects.filter(job_id=job.id)
     assert (event.kind, event.actor, event.data["node"], event.data["state"]) == (
         "rescued", "rescuer", "dead", "retryable")
