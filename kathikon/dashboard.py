@@ -32,9 +32,9 @@ from kathikon.exceptions import ActionNotAllowed, InvalidState, KathikonError
 from kathikon.ids import parse_id
 from kathikon.models import Job
 from kathikon.states import JobState
+from kathikon.storage import events, reports, vendor
 from kathikon.storage import jobs as job_storage
 from kathikon.storage import queues as queue_storage
-from kathikon.storage import reports, vendor
 
 __all__ = [
     "ActionResult", "JobDetail", "JobPage", "cancel_job", "cancel_jobs", "delete_jobs",
@@ -143,7 +143,7 @@ def fetch_job(job_id: object) -> JobDetail:
     job = kathikon.fetch(job_id)
     from kathikon.timeline import job_history
 
-    history = job_history(job, job_storage.events_for(job.id))
+    history = job_history(job, events.events_for(job.id))
     return JobDetail(job=job, history=history, errors=list(job.errors))
 
 

@@ -7,6 +7,7 @@ ids, states or queue names. See docs/operations.md.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import re
@@ -27,7 +28,7 @@ def duration(text: str) -> float:
     """Seconds from ``3600``, ``90s``, ``30m``, ``12h``, ``7d`` or ``2w``."""
     match = DURATION.match(text.strip())
     if match is None:
-        raise ValueError(f"bad duration {text!r}: use e.g. 3600, 30m, 12h or 7d")
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: use e.g. 3600, 30m, 12h or 7d")
     return float(match.group(1)) * UNITS[match.group(2)]
 
 
