@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kathikon import signals, storage
+from kathikon import conf, signals, storage
 from kathikon.exceptions import InvalidJob, KathikonError
 from kathikon.jobspec import build_row, worker_class
 from kathikon.models import Job, Queue
@@ -43,6 +43,10 @@ def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None
     job = storage.insert_job(row)
     _, cls = worker_class(row.worker)
     signals.send(signals.job_inserted, cls, job=job)
+    if conf.testing_mode() == "inline":  # kathikon.testing: run the job now, in this process
+        from kathikon.testing import run_inline
+
+        job = run_inline(job)
     return job
 
 
@@ -66,6 +70,11 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> Ins
         _, cls = worker_class(row.worker)
         if signals.job_inserted.has_listeners(cls):
             signals.send(signals.job_inserted, cls, job=row.to_job())
+    if rows and conf.testing_mode() == "inline":
+        from kathikon.testing import run_inline
+
+        for row in rows:
+            run_inline(row.to_job())
     return InsertResult(inserted=len(rows), ids=[row.id.hex for row in rows], errors=errors)
 
 
