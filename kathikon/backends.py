@@ -1,0 +1,344 @@
+"""A Django Tasks backend: ``@task`` functions run as Kathikon jobs on ``kathikon_worker``.
+
+    # settings.py
+    TASKS = {
+        "default": {
+            "BACKEND": "kathikon.backends.KathikonBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {                      # all optional
+                "max_attempts": 5,            # default: KATHIKON["MAX_ATTEMPTS"]
+                "timeout": 60,                # seconds; default: no limit
+                "backoff": 30,                # seconds, or a dotted path to f(attempt)
+                "tasks": {"myapp.tasks.send_email": {"max_attempts": 10}},
+            },
+        },
+    }
+
+    # myapp/tasks.py
+    from django.tasks import task          # django_tasks on Django 5.2
+
+    @task(queue_name="emails", priority=10)
+    def send_email(to, subject): ...
+
+    result = send_email.enqueue("a@example.com", "Hi")   # a Kathikon job, id = result.id
+    send_email.get_result(result.id).status                # READY, RUNNING, SUCCESSFUL, FAILED
+
+A task is one job of the built-in worker :class:`TaskWorker` (args ``{"task":
+path, "args": [...], "kwargs": {...}}``), so it shares the table, the
+transaction semantics, the admin, retries and Kathikon's signals with every
+other job. Per-task options come from, in order: ``@task(max_attempts=…,
+timeout=…, backoff=…)`` (this backend's ``task_class`` accepts them),
+``OPTIONS["tasks"][task path]``, then ``OPTIONS``. Django's ``task_enqueued``,
+``task_started`` and ``task_finished`` signals are sent besides Kathikon's
+(``task_started``/``task_finished`` once per attempt). See docs/tasks-backend.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+from inspect import iscoroutinefunction
+from typing import Any
+
+from django.core import checks
+from django.db import connections
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from kathikon import compat, signals
+from kathikon.conf import QUEUE_NAME
+from kathikon.exceptions import JobNotFound
+from kathikon.states import JobState
+from kathikon.workers import Discard, Outcome, Worker
+
+if not compat.AVAILABLE:  # pragma: no cover - depends on the installed Django
+    raise ImportError("kathikon.backends needs Django >= 6.0 (django.tasks) or the "
+                      "django-tasks backport: pip install 'kathikon[tasks]'")
+
+STATUS = {
+    JobState.SCHEDULED: compat.TaskResultStatus.READY,
+    JobState.AVAILABLE: compat.TaskResultStatus.READY,
+    JobState.RETRYABLE: compat.TaskResultStatus.READY,
+    JobState.CLAIMED: compat.TaskResultStatus.RUNNING,
+    JobState.RUNNING: compat.TaskResultStatus.RUNNING,
+    JobState.COMPLETED: compat.TaskResultStatus.SUCCESSFUL,
+    JobState.DEAD: compat.TaskResultStatus.FAILED,
+    JobState.CANCELLED: compat.TaskResultStatus.FAILED,
+}
+OPTION_NAMES = ("max_attempts", "timeout", "backoff")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KathikonTask(compat.Task):
+    """A Task with Kathikon's per-task options: ``@task(max_attempts=3, timeout=30)``."""
+
+    max_attempts: int | None = None
+    timeout: float | None = None
+    backoff: float | str | None = None
+
+
+class KathikonBackend(compat.BaseTaskBackend):
+    """Runs Django Tasks as Kathikon jobs; supports defer, priority, async tasks and results."""
+
+    task_class = KathikonTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        if not QUEUE_NAME.match(task.queue_name):
+            raise compat.InvalidTask(f"Queue name {task.queue_name!r} is not valid for "
+                                     "Kathikon: use 1-63 letters, digits, '_', '-' or '.'.")
+        problem = _option_problem(self.job_options(task))
+        if problem:
+            raise compat.InvalidTask(problem)
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        from kathikon import api
+
+        self.validate_task(task)
+        payload = {"task": task.module_path, "args": compat.normalize_json(list(args)),
+                   "kwargs": compat.normalize_json(dict(kwargs))}
+        options = self.job_options(task)
+        meta: dict[str, Any] = {"task_backend": self.alias}
+        for name in ("timeout", "backoff"):
+            if options.get(name) is not None:
+                meta[name] = options[name]
+        run_after = task.run_after
+        if run_after is not None:
+            if timezone.is_naive(run_after):
+                run_after = timezone.make_aware(run_after)
+            meta["run_after"] = run_after.isoformat()
+        job = api.insert(TaskWorker, payload, queue=task.queue_name, priority=task.priority,
+                         max_attempts=options.get("max_attempts"), schedule_at=run_after,
+                         meta=meta)
+        return task_result(job)
+
+    def get_result(self, result_id: str) -> Any:
+        from kathikon import api
+
+        try:
+            job = api.fetch(result_id)
+        except JobNotFound:
+            raise compat.TaskResultDoesNotExist(result_id) from None
+        if job.worker != TaskWorker.path():
+            raise compat.TaskResultDoesNotExist(result_id)
+        return task_result(job)
+
+    def job_options(self, task: Any) -> dict[str, Any]:
+        """max_attempts, timeout and backoff for ``task``: decorator, then OPTIONS."""
+        per_task = (self.options.get("tasks") or {}).get(task.module_path) or {}
+        merged = {}
+        for name in OPTION_NAMES:
+            value = getattr(task, name, None)
+            if value is None:
+                value = per_task.get(name, self.options.get(name))
+            merged[name] = value
+        return merged
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        from kathikon import conf
+
+        found: list[checks.CheckMessage] = []
+        unknown = set(self.options) - {*OPTION_NAMES, "tasks"}
+        if unknown:
+            found.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS'] has unknown keys {sorted(unknown)}.",
+                hint="Kathikon's backend takes max_attempts, timeout, backoff and tasks.",
+                id="kathikon.E101"))
+        tasks = self.options.get("tasks") or {}
+        for label, options in [("OPTIONS", self.options), *tasks.items()]:
+            problem = _option_problem({name: options.get(name) for name in OPTION_NAMES})
+            if problem:
+                found.append(checks.Error(f"TASKS[{self.alias!r}] {label}: {problem}",
+                                          hint="See docs/tasks-backend.md.", id="kathikon.E102"))
+        served = set(conf.queue_names())
+        for queue in sorted(self.queues - served):
+            found.append(checks.Warning(
+                f"TASKS[{self.alias!r}] queue {queue!r} is not in KATHIKON['QUEUES'], so "
+                "kathikon_worker will not run its tasks.",
+                hint="Add it to KATHIKON['QUEUES'] or run a worker with --queues.",
+                id="kathikon.W101"))
+        return found
+
+
+class TaskWorker(Worker):
+    """Runs one Django Task: ``args = {"task": dotted path, "args": [...], "kwargs": {...}}``.
+
+    Async task functions run on the worker process's event loop. ``meta``
+    carries the backend alias, the timeout and the backoff chosen at enqueue.
+    """
+
+    def perform(self, job: Any) -> Any:
+        task = load_task(job.args.get("task", ""))
+        args = list(job.args.get("args") or [])
+        kwargs = dict(job.args.get("kwargs") or {})
+        if task.takes_context:
+            args.insert(0, compat.TaskContext(task_result=task_result(job, task)))
+        timeout = job.meta.get("timeout")
+        if iscoroutinefunction(task.func):
+            from kathikon.runtime.loop import run_coroutine
+
+            value = run_coroutine(task.func(*args, **kwargs), timeout)
+        elif timeout is not None:
+            value = _call_with_timeout(task.func, args, kwargs, timeout)
+        else:
+            value = task.func(*args, **kwargs)
+        if isinstance(value, Outcome):
+            return value
+        return compat.normalize_json(value)
+
+    def backoff(self, job: Any) -> float:
+        spec = job.meta.get("backoff")
+        if spec is None:
+            return super().backoff(job)
+        if isinstance(spec, (int, float)):
+            return float(spec)
+        return float(import_string(spec)(job.attempts))
+
+
+def load_task(path: str) -> Any:
+    """The Task object at ``path``; ``Discard`` (dead at once) when it cannot be imported."""
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        raise Discard(f"task {path!r} cannot be imported: {exc}") from exc
+    if not isinstance(task, compat.Task):
+        raise Discard(f"{path!r} is not a Task (decorate the function with @task)")
+    return task
+
+
+def task_result(job: Any, task: Any = None) -> Any:
+    """The framework's ``TaskResult`` for a job of :class:`TaskWorker`."""
+    alias = job.meta.get("task_backend", "default")
+    task = _task_for(job, task or load_task(job.args["task"]), alias)
+    terminal = job.state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
+    result = compat.TaskResult(
+        task=task,
+        id=job.id.hex,
+        status=STATUS[job.state],
+        enqueued_at=job.inserted_at,
+        started_at=job.started_at,
+        last_attempted_at=job.started_at,
+        finished_at=(job.completed_at or job.cancelled_at) if terminal else None,
+        args=list(job.args.get("args") or []),
+        kwargs=dict(job.args.get("kwargs") or {}),
+        backend=alias,
+        errors=[compat.TaskError(exception_class_path=error.get("kind", ""),
+                                 traceback=error.get("traceback", ""))
+                for error in job.errors],
+        worker_ids=worker_ids(job),
+    )
+    if job.state == JobState.COMPLETED:
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+def worker_ids(job: Any) -> list[str]:
+    """One node name per attempt: from each failed attempt's error, else the latest node."""
+    by_attempt = {error.get("attempt"): error.get("node") for error in job.errors}
+    latest = job.attempted_by or ""
+    return [by_attempt.get(attempt) or latest for attempt in range(1, job.attempts + 1)]
+
+
+def _task_for(job: Any, task: Any, alias: str) -> Any:
+    run_after = job.meta.get("run_after")
+    changes = {"priority": job.priority, "queue_name": job.queue, "backend": alias,
+               "run_after": dt.datetime.fromisoformat(run_after) if run_after else None}
+    if all(getattr(task, name) == value for name, value in changes.items()):
+        return task
+    try:
+        return dataclasses.replace(task, **changes)
+    except Exception:  # the backend or queue is no longer configured: keep the task's own
+        return task
+
+
+def _option_problem(options: dict[str, Any]) -> str | None:
+    attempts, timeout, backoff = (options.get(name) for name in OPTION_NAMES)
+    if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)
+                                 or attempts < 1):
+        return f"max_attempts must be an int >= 1, not {attempts!r}."
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, (int, float)) or timeout <= 0):
+        return f"timeout must be a number of seconds > 0, not {timeout!r}."
+    if backoff is not None and not isinstance(backoff, str) and (
+            isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0):
+        return f"backoff must be seconds >= 0 or a dotted path to f(attempt), not {backoff!r}."
+    return None
+
+
+def _call_with_timeout(func: Any, args: list[Any], kwargs: dict[str, Any],
+                       timeout: float) -> Any:
+    """Run a sync task in a helper thread; ``JobTimeout`` frees the slot when it overruns.
+
+    Python cannot kill a thread: an overrunning task keeps running in the
+    background until it returns, but its job is already failed and retried.
+    """
+    from kathikon.executor import JobTimeout
+
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome["value"] = func(*args, **kwargs)
+        except BaseException as exc:  # handed to the job's thread below
+            outcome["error"] = exc
+        finally:
+            connections.close_all()  # this thread's connections only
+            done.set()
+
+    threading.Thread(target=target, name="kathikon-task", daemon=True).start()
+    if not done.wait(timeout):
+        raise JobTimeout(f"timed out after {timeout}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+# Django's task signals, sent from Kathikon's (sender = the backend class).
+
+def _sender(job: Any) -> type:
+    try:
+        return type(compat.task_backends[job.meta.get("task_backend", "default")])
+    except Exception:  # the alias is gone from settings.TASKS
+        return KathikonBackend
+
+
+def _send(signal: Any, job: Any, exception: BaseException | None = None) -> None:
+    try:
+        result = task_result(job)
+    except Outcome:  # the task can no longer be imported; nothing to describe
+        return
+    if exception is None:
+        signal.send(_sender(job), task_result=result)
+        return
+    try:  # Django's log receiver reads sys.exc_info() for the traceback
+        raise exception
+    except BaseException:
+        signal.send(_sender(job), task_result=result)
+
+
+def _on_inserted(sender: Any, job: Any, **kwargs: Any) -> None:
+    _send(compat.task_enqueued, job)
+
+
+def _on_started(sender: Any, job: Any, **kwargs: Any) -> None:
+    _send(compat.task_started, job)
+
+
+def _on_finished(sender: Any, job: Any, exception: BaseException | None = None,
+                 **kwargs: Any) -> None:
+    _send(compat.task_finished, job, exception)
+
+
+signals.job_inserted.connect(_on_inserted, sender=TaskWorker, dispatch_uid="kathikon.tasks.ins")
+signals.job_started.connect(_on_started, sender=TaskWorker, dispatch_uid="kathikon.tasks.start")
+for _signal in (signals.job_completed, signals.job_failed, signals.job_discarded,
+                signals.job_snoozed, signals.job_cancelled, signals.job_rescued):
+    _signal.connect(_on_finished, sender=TaskWorker, dispatch_uid="kathikon.tasks.finish")
+
+__all__ = ["STATUS", "KathikonBackend", "KathikonTask", "TaskWorker", "task_result"]

@@ -1,0 +1,71 @@
+"""Internal: one import point for Django's Tasks framework, built in or backported.
+
+Django 6.0+ ships ``django.tasks``; on Django 5.2 the ``django-tasks`` backport
+(``pip install "kathikon[tasks]"``) provides the same API as ``django_tasks``.
+``kathikon.backends`` imports everything it needs from here. ``AVAILABLE`` is
+False when neither is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:  # Django >= 6.0
+    from django.tasks import (
+        DEFAULT_TASK_QUEUE_NAME,
+        Task,
+        TaskContext,
+        TaskResult,
+        TaskResultStatus,
+        task,
+        task_backends,
+    )
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    SOURCE = "django.tasks"
+except ImportError:
+    try:  # Django 5.2 with the django-tasks backport
+        from django_tasks import (  # type: ignore[no-redef]
+            DEFAULT_TASK_QUEUE_NAME,
+            TaskContext,
+            TaskResult,
+            TaskResultStatus,
+            task,
+            task_backends,
+        )
+        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
+        from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
+        from django_tasks.exceptions import (  # type: ignore[no-redef]
+            InvalidTaskError as InvalidTask,
+        )
+        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+        from django_tasks.signals import (  # type: ignore[no-redef]
+            task_enqueued,
+            task_finished,
+            task_started,
+        )
+
+        SOURCE = "django_tasks"
+    except ImportError:
+        SOURCE = ""
+
+AVAILABLE = bool(SOURCE)
+
+
+def normalize_json(value: Any) -> Any:
+    """The framework's JSON normalisation (tuples become lists; ``TypeError`` if not JSON)."""
+    if SOURCE == "django.tasks":
+        from django.utils.json import normalize_json as normalize
+    else:
+        from django_tasks.utils import normalize_json as normalize  # type: ignore[no-redef]
+    return normalize(value)
+
+
+__all__ = [
+    "AVAILABLE", "DEFAULT_TASK_QUEUE_NAME", "SOURCE", "BaseTaskBackend", "InvalidTask", "Task",
+    "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist", "TaskResultStatus",
+    "normalize_json", "task", "task_backends", "task_enqueued", "task_finished", "task_started",
+]
