@@ -32,6 +32,11 @@ OPTION_KEYS = frozenset({
 })
 
 _worker_cache: dict[str, type[Worker]] = {}
+_valid_queues: set[str] = set()  # names that passed QUEUE_NAME (insert_many checks each spec)
+# One encoder for every job: ``json.dumps(obj, **options)`` builds a new one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# A flat dict of these (str keys) always survives the JSON round trip: no need to check.
+_PLAIN_TYPES = frozenset({str, int, bool, float, type(None)})
 
 
 @dataclass(slots=True)
@@ -90,13 +95,25 @@ def dump_args(args: Any) -> tuple[dict[str, Any], str]:
     if not isinstance(args, dict):
         raise InvalidJob(f"args must be a dict (a JSON object), not {type(args).__name__}",
                          key="args")
+    if not args:
+        return args, "{}"
     try:
-        text = json.dumps(args, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(args)
     except (TypeError, ValueError):
         raise InvalidJob(_bad_arg_message(args), key=_bad_arg_key(args)) from None
-    if json.loads(text) != args:
+    if not _plain(args) and json.loads(text) != args:
         raise InvalidJob(_bad_arg_message(args), key=_bad_arg_key(args))
     return args, text
+
+
+def _plain(args: dict[str, Any]) -> bool:
+    """True for a flat dict of str keys and str/int/bool/None/float values (exact types).
+
+    Those survive ``dumps`` then ``loads`` unchanged (NaN and infinity were refused
+    by the encoder; float repr round-trips), so the check can be skipped.
+    """
+    plain = _PLAIN_TYPES
+    return all(type(key) is str and type(value) in plain for key, value in args.items())
 
 
 def _bad_arg_key(args: dict[str, Any]) -> str:
@@ -131,9 +148,12 @@ def build_row(worker: Any, args: Any, options: dict[str, Any],
     now = now or timezone.now()
 
     queue = _option(options, "queue", cls.queue)
-    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
-        raise InvalidJob(f"queue must be 1-63 letters, digits, '_', '-' or '.', not {queue!r}",
-                         key="queue")
+    if not isinstance(queue, str) or queue not in _valid_queues:
+        if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+            raise InvalidJob(f"queue must be 1-63 letters, digits, '_', '-' or '.', "
+                             f"not {queue!r}", key="queue")
+        if len(_valid_queues) < 10_000:
+            _valid_queues.add(queue)
     priority = _option(options, "priority", cls.priority)
     if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
         raise InvalidJob(f"priority must be an int in -100..100, not {priority!r}",
