@@ -66,6 +66,11 @@ _LAZY = {
         "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue", "retry",
         "schedule", "start_queue", "status",
     )},
+    **{name: "kathikon.aapi" for name in (
+        "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch", "ahistory",
+        "ainsert", "ainsert_many", "apause_queue", "arerun", "aresume_queue", "aretry",
+        "aschedule", "astart_queue", "astatus",
+    )},
     "Job": "kathikon.models",
     "Batch": "kathikon.batch",
 }
@@ -86,7 +91,9 @@ __all__ = [
     "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
     "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
     "JobExecuting", "JobNotFound", "JobState", "KathikonError", "Retry", "Snooze", "Worker",
-    "__version__", "all", "backoff_seconds", "cancel", "claim", "claim_available",
-    "dead_jobs", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun",
-    "resume_queue", "retry", "schedule", "start_queue", "status",
+    "__version__", "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch",
+    "ahistory", "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue",
+    "aretry", "aschedule", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim",
+    "claim_available", "dead_jobs", "fetch", "history", "insert", "insert_many", "pause_queue",
+    "rerun", "resume_queue", "retry", "schedule", "start_queue", "status",
 ]
