@@ -90,6 +90,9 @@ else:
 KATHIKON = {
     "QUEUES": {"default": {"concurrency": 10}, "emails": {"concurrency": 5}},
 }
+# Django Tasks (django.tasks on Django 6, the django-tasks backport on 5.2) run on Kathikon.
+TASKS = {"default": {"BACKEND": "kathikon.backends.KathikonBackend",
+                     "QUEUES": ["default", "emails"]}}
 # Whole-process tests start workers with their own settings: a JSON object merged in.
 KATHIKON.update(json.loads(os.environ.get("KATHIKON_SETTINGS_JSON", "{}")))
 
