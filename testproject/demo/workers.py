@@ -57,3 +57,48 @@ class Reject(kathikon.Worker):
 class Noop(kathikon.Worker):
     def perform(self, job):
         return None
+
+
+class Record(kathikon.Worker):
+    """Writes one ``Execution`` row per run (whole-process tests count them); with
+    ``{"sleep": seconds}`` it first sleeps that long."""
+
+    def perform(self, job):
+        import time
+
+        from testproject.demo.models import Execution
+
+        if job.args.get("sleep"):
+            time.sleep(job.args["sleep"])
+        Execution.objects.create(job_id=job.id.hex, node=job.attempted_by or "",
+                                 attempt=job.attempts)
+
+
+class Slow(kathikon.Worker):
+    """Sleeps ``{"seconds": n}`` (default 1) in small steps, then records its run."""
+
+    timeout = None
+
+    def perform(self, job):
+        import time
+
+        from testproject.demo.models import Execution
+
+        deadline = time.monotonic() + job.args.get("seconds", 1)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        Execution.objects.create(job_id=job.id.hex, node=job.attempted_by or "",
+                                 attempt=job.attempts)
+
+
+class Hangs(kathikon.Worker):
+    """Ignores its 0.5 s timeout: sleeps ``{"seconds": n}`` (default 3)."""
+
+    timeout = 0.5
+    max_attempts = 2
+
+    def perform(self, job):
+        import time
+
+        time.sleep(job.args.get("seconds", 3))
+        return "finished late"

@@ -1,0 +1,100 @@
+"""``manage.py kathikon_worker``: run Kathikon's dispatchers and services until stopped.
+
+    manage.py kathikon_worker                         # every configured queue
+    manage.py kathikon_worker --queues emails:5,default
+    manage.py kathikon_worker --processes 4           # a supervisor and 4 worker processes
+    manage.py kathikon_worker --burst                 # run what is due, then exit 0
+
+See docs/running-workers.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kathikon.conf import QUEUE_NAME
+
+
+class Command(BaseCommand):
+    help = "Run Kathikon workers: claim and run jobs until SIGTERM/SIGINT (or, with --burst, " \
+           "until nothing is due)."
+    requires_system_checks = "__all__"  # type: ignore[assignment]
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues", default=None, metavar="NAME[:N],...",
+            help="Only these queues, optionally with a concurrency each, e.g. "
+                 "'emails:5,default'. Default: every configured queue plus queues started "
+                 "later with kathikon.start_queue().")
+        parser.add_argument(
+            "--burst", action="store_true",
+            help="Run every job that is due (including retries coming due meanwhile) until "
+                 "none is due and none is running, then exit 0.")
+        parser.add_argument("--processes", type=int, default=1, metavar="N",
+                            help="Fork N worker processes under a supervisor (default 1).")
+        parser.add_argument("--node", default=None, metavar="NAME",
+                            help="Node name (default host:pid; with --processes, NAME-1..N).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from kathikon.runtime.supervisor import Supervisor
+        from kathikon.runtime.worker import WorkerProcess
+
+        queues = parse_queues(options["queues"])
+        processes = options["processes"]
+        if processes < 1:
+            raise CommandError("--processes must be at least 1")
+        _configure_logging(options["verbosity"])
+        node, burst = options["node"], options["burst"]
+
+        def make_worker(index: int, parent_pid: int | None) -> WorkerProcess:
+            name = node if node is None or processes == 1 else f"{node}-{index + 1}"
+            return WorkerProcess(node=name, queues=queues, burst=burst, parent_pid=parent_pid,
+                                 write=self._writer(options["verbosity"]))
+
+        code = Supervisor(processes, make_worker, burst=burst).run()
+        if code:
+            sys.exit(code)
+
+    def _writer(self, verbosity: int) -> Any:
+        def write(line: str) -> None:
+            if verbosity >= 1:
+                self.stdout.write(line)
+                self.stdout.flush()
+
+        return write
+
+
+def parse_queues(value: str | None) -> dict[str, int | None] | None:
+    """``"emails:5,default"`` → ``{"emails": 5, "default": None}``."""
+    if value is None:
+        return None
+    queues: dict[str, int | None] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, _, number = part.partition(":")
+        if not QUEUE_NAME.match(name):
+            raise CommandError(f"--queues: bad queue name {name!r}")
+        if number:
+            if not number.isdigit() or int(number) < 1:
+                raise CommandError(f"--queues: concurrency of {name!r} must be an int >= 1")
+            queues[name] = int(number)
+        else:
+            queues[name] = None
+    if not queues:
+        raise CommandError("--queues needs at least one queue name")
+    return queues
+
+
+def _configure_logging(verbosity: int) -> None:
+    """``-v 0`` warnings only, ``1`` (default) info, ``2``/``3`` debug."""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    for name in ("kathikon", "kathikon.runtime"):
+        logging.getLogger(name).setLevel(level)
+    root = logging.getLogger("kathikon")
+    if not root.hasHandlers():  # the project configured nothing for us: log to stderr
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        root.addHandler(handler)

@@ -1,0 +1,174 @@
+"""Internal: the acker — the "ack" of claim → run → ack, batched for a whole process.
+
+Executor threads hand every finished :class:`~kathikon.executor.Execution` to
+the acker and move on; the acker's thread writes whatever has accumulated
+with one :func:`~kathikon.executor.settle` call (one fenced ``UPDATE`` for all
+completions on PostgreSQL). While a write is in flight the next batch
+collects, so batches grow with the load and an idle worker acks at once.
+
+A failed write is retried with backoff until it is written or fenced off; it
+is never dropped. If the process dies before a flush, those jobs are still
+``running`` under this node and the lifeline rescues them: they run again,
+they are never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from django.db import connections
+
+from kathikon.executor import Execution, settle
+from kathikon.storage import Ack, ack_jobs, vendor
+
+logger = logging.getLogger("kathikon.runtime")
+
+MAX_BATCH = 2000
+
+
+class Acker:
+    """Collect executions and releases from any thread; write them in batches on one thread.
+
+    ``on_settled(executions)`` is called (on the acker thread) after each
+    batch is written, with the executions of that batch.
+    """
+
+    def __init__(self, *, on_settled: Callable[[list[Execution]], None] | None = None,
+                 max_backoff: float = 5.0) -> None:
+        self.on_settled = on_settled
+        self.max_backoff = max_backoff
+        self.written = 0  # executions written (not fenced off)
+        self.fenced = 0   # executions whose ack matched no row
+        self.failures = 0  # failed write attempts (each retried)
+        self._executions: list[Execution] = []
+        self._releases: list[Ack] = []
+        self._in_flight: set[uuid.UUID] = set()
+        self._lock = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # -- called from any thread --------------------------------------------------------------
+
+    def add(self, execution: Execution) -> None:
+        with self._lock:
+            self._executions.append(execution)
+            self._lock.notify_all()
+
+    def release(self, acks: Sequence[Ack]) -> None:
+        """Queue fenced releases (back to ``available``); no signals are sent for these."""
+        if acks:
+            with self._lock:
+                self._releases.extend(acks)
+                self._lock.notify_all()
+
+    def pending_ids(self) -> set[uuid.UUID]:
+        """Ids of jobs whose outcome is not written yet (queued or being written)."""
+        with self._lock:
+            return ({e.job.id for e in self._executions} | {a.job.id for a in self._releases}
+                    | self._in_flight)
+
+    @property
+    def idle(self) -> bool:
+        with self._lock:
+            return not (self._executions or self._releases or self._in_flight)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything handed over so far is written; ``False`` on timeout."""
+        with self._lock:
+            return self._lock.wait_for(
+                lambda: not (self._executions or self._releases or self._in_flight), timeout)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Acker:
+        self._thread = threading.Thread(target=self._loop, name="kathikon-acker", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Write what is pending, then end the thread; ``True`` when everything was written."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive() and self.idle
+        return self.idle
+
+    # -- the acker thread --------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    self._lock.wait_for(
+                        lambda: self._executions or self._releases or self._stopping)
+                    if not (self._executions or self._releases):
+                        return  # stopping with nothing left to write
+                    executions = self._executions[:MAX_BATCH]
+                    del self._executions[:MAX_BATCH]
+                    releases, self._releases = self._releases, []
+                    self._in_flight = ({e.job.id for e in executions}
+                                       | {a.job.id for a in releases})
+                self._write(executions, releases)
+                with self._lock:
+                    self._in_flight = set()
+                    self._lock.notify_all()
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    def _write(self, executions: list[Execution], releases: list[Ack]) -> None:
+        if releases:
+            self._retrying(lambda: ack_jobs(releases), f"release of {len(releases)} job(s)")
+        if not executions:
+            return
+        failures = self._retrying(lambda: settle(executions), f"ack of {len(executions)} job(s)",
+                                  give_up_after=3 if len(executions) > 1 else None)
+        if failures is None:  # the batch keeps failing: one bad row must not block the rest
+            for execution in executions:
+                self._retrying(lambda e=execution: settle([e]),
+                               f"ack of job {execution.job.id.hex}")
+        for execution in executions:
+            if execution.written:
+                self.written += 1
+            else:
+                self.fenced += 1
+        if self.on_settled is not None:
+            try:
+                self.on_settled(executions)
+            except Exception:  # a bookkeeping hook must never stop acknowledgements
+                logger.exception("kathikon: acker callback failed")
+
+    def _retrying(self, write: Callable[[], object], what: str,
+                  give_up_after: int | None = None) -> int | None:
+        """Run ``write`` until it succeeds; the failures, or None after ``give_up_after``."""
+        failures = 0
+        while True:
+            try:
+                write()
+                return failures
+            except Exception as exc:
+                failures += 1
+                self.failures += 1
+                delay = min(0.05 * 2 ** min(failures, 10), self.max_backoff)
+                logger.warning("kathikon: %s failed (%s: %s); retrying in %.2fs", what,
+                               type(exc).__name__, exc, delay)
+                _reset_connection()
+                if give_up_after is not None and failures >= give_up_after:
+                    return None
+                time.sleep(delay)
+
+
+def _reset_connection() -> None:
+    """A broken connection stays broken: close it so the next write reconnects."""
+    try:
+        connection = vendor.connection()
+        if connection.in_atomic_block:
+            return  # never the case on the acker thread; be safe anyway
+        connection.close()
+    except Exception:
+        logger.debug("closing the broken connection failed", exc_info=True)

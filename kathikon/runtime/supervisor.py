@@ -1,0 +1,116 @@
+"""Internal: the supervisor — ``--processes N`` forks N worker processes and keeps them up.
+
+With one process the supervisor simply runs the worker in-process. With more
+it forks (POSIX) each child from a process with no open database connection
+and no threads; a child that dies unexpectedly is restarted after a short
+backoff; SIGTERM/SIGINT are forwarded once to every child and the supervisor
+waits for them (each applies its own grace period). A child notices a
+vanished supervisor and shuts down gracefully. Exit code: 0 when every child
+exited 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+
+logger = logging.getLogger("kathikon.runtime")
+
+RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class Supervisor:
+    """Run ``make_worker(index, parent_pid)().run()`` in ``processes`` processes.
+
+    ``make_worker`` builds a :class:`~kathikon.runtime.worker.WorkerProcess`
+    for child ``index`` (node names must differ between children);
+    ``parent_pid`` is ``None`` when the worker runs in this process.
+    """
+
+    def __init__(self, processes: int, make_worker: Callable[[int, int | None], Any], *,
+                 burst: bool = False) -> None:
+        self.processes = max(1, processes)
+        self.make_worker = make_worker
+        self.burst = burst
+        self.children: dict[int, int] = {}  # pid → index
+        self.restarts: dict[int, int] = {}  # index → restarts so far
+        self._stopping = False
+        self._exit_code = 0
+
+    def run(self) -> int:
+        if self.processes == 1:
+            return int(self.make_worker(0, None).run())
+        if not hasattr(os, "fork"):
+            raise OSError("--processes needs os.fork (POSIX); start several workers instead")
+        connections.close_all()  # a forked child must not share the parent's sockets
+        signal.signal(signal.SIGTERM, self._forward)
+        signal.signal(signal.SIGINT, self._forward)
+        for index in range(self.processes):
+            self._spawn(index)
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries os.wait
+                continue
+            index = self.children.pop(pid, None)
+            if index is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            self._reaped(index, pid, code)
+        return self._exit_code
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _spawn(self, index: int) -> None:
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: never return into the supervisor's code
+            code = 1
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                code = int(self.make_worker(index, parent).run())
+            except BaseException:
+                logger.exception("kathikon worker process %d crashed", os.getpid())
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[pid] = index
+        logger.info("kathikon supervisor %d: started worker %d (pid %d)", parent, index, pid)
+
+    def _reaped(self, index: int, pid: int, code: int) -> None:
+        if self._stopping or (self.burst and code == 0):
+            if code != 0:
+                self._exit_code = code if code > 0 else 1
+            return
+        if code != 0 and self.burst:
+            self._exit_code = code if code > 0 else 1
+        restarts = self.restarts.get(index, 0)
+        delay = RESTART_BACKOFF[min(restarts, len(RESTART_BACKOFF) - 1)]
+        logger.error("kathikon supervisor: worker %d (pid %d) exited with %d; restarting in %gs",
+                     index, pid, code, delay)
+        self.restarts[index] = restarts + 1
+        deadline = time.monotonic() + delay
+        while not self._stopping and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self._stopping:
+            self._spawn(index)
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        first = not self._stopping
+        self._stopping = True
+        if first:
+            logger.info("kathikon supervisor: %s, stopping %d worker(s)",
+                        signal.Signals(signum).name, len(self.children))
+        for pid in list(self.children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)

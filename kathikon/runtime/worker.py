@@ -1,0 +1,340 @@
+"""Internal: one worker process — dispatchers, acker, listener, services, and its shutdown.
+
+``WorkerProcess(...).run()`` registers the node, prints the banner, starts one
+:class:`Dispatcher` per queue, the :class:`Acker`, the PostgreSQL
+:class:`Listener` and the periodic services (heartbeat, promoter, pruner,
+lifeline, cron scheduler), then waits for SIGTERM/SIGINT (or, with
+``burst``, for the moment nothing is due and nothing runs).
+
+Shutdown order: stop claiming → wait up to the grace period for running jobs
+→ release what is still held (attempt restored) → flush the acks → stop the
+services → mark the node stopped. A second signal exits at once; the
+lifeline then rescues whatever this node still held.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from importlib import import_module
+from typing import Any
+
+from django.db import connections
+
+from kathikon import conf, signals, storage
+from kathikon.executor import Execution
+from kathikon.models import Node
+from kathikon.runtime.acker import Acker
+from kathikon.runtime.dispatcher import Dispatcher
+from kathikon.runtime.listener import Listener
+from kathikon.states import JobState
+from kathikon.storage import Ack
+from kathikon.storage.runtime import count_due_jobs
+
+logger = logging.getLogger("kathikon.runtime")
+
+SERVICES: tuple[str, ...] = (
+    "kathikon.runtime.heartbeat.Heartbeat",
+    "kathikon.runtime.promoter.Promoter",
+    "kathikon.runtime.pruner.Pruner",
+    "kathikon.runtime.lifeline.Lifeline",
+    "kathikon.runtime.scheduler.CronScheduler",
+)
+SUMMARY_EVERY = 5.0  # seconds between --burst progress lines
+DUPLICATE_SIGNAL = 1.0  # a second signal this soon is the same request (terminal + supervisor)
+
+
+class WorkerProcess:
+    """Run the dispatchers and services of one process until told to stop.
+
+    ``queues`` maps queue name → concurrency (``None`` = the row override or
+    settings); ``None`` for the whole mapping means every configured queue
+    plus queues created later with ``kathikon.start_queue``.
+    """
+
+    def __init__(self, *, node: str | None = None, queues: Mapping[str, int | None] | None = None,
+                 burst: bool = False, poll_interval: float | None = None,
+                 grace_period: float | None = None, services: Sequence[str] = SERVICES,
+                 write: Callable[[str], None] | None = None, parent_pid: int | None = None,
+                 handle_signals: bool = True) -> None:
+        self.node = node or f"{socket.gethostname()}:{os.getpid()}"
+        self.requested = dict(queues) if queues is not None else None
+        self.burst = burst
+        self.poll_interval = poll_interval or conf.poll_interval()
+        self.grace_period = conf.shutdown_grace_period() if grace_period is None else grace_period
+        self.service_paths = tuple(services)
+        self.write = write or (lambda line: logger.info("%s", line))
+        self.parent_pid = parent_pid
+        self.handle_signals = handle_signals
+        self.dispatchers: dict[str, Dispatcher] = {}
+        self.services: list[Any] = []
+        self.acker = Acker(on_settled=self._settled)
+        self.listener: Listener | None = None
+        self.started = threading.Event()
+        self._stop = threading.Event()
+        self._first_signal: float | None = None
+        self._refresh_now = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; returns the exit code (0)."""
+        if self.handle_signals:
+            self._install_signal_handlers()
+        try:
+            self._start()
+            self.started.set()
+            self._main_loop()
+        finally:
+            self._shutdown()
+        return 0
+
+    def stop(self) -> None:
+        """Ask for a graceful shutdown (what SIGTERM does)."""
+        self._stop.set()
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        limits = self._queue_limits(storage.queue_rows())
+        storage.register_node(self.node, socket.gethostname(), os.getpid(), limits)
+        self.acker.start()
+        for name, concurrency in limits.items():
+            self._add_dispatcher(name, concurrency)
+        if storage.is_postgres():
+            self.listener = Listener(conf.listen_database(), self._notified, self._wake_all)
+            self.listener.start()
+        self._start_services(limits)
+        self._banner(limits)
+        signals.send(signals.worker_started, Node, node=self.node, queues=limits)
+
+    def _queue_limits(self, rows: Mapping[str, Any]) -> dict[str, int]:
+        """Queue name → concurrency: the --queues value, else the Queue row's override,
+        else settings (10 for a queue known only from its row)."""
+        names = list(self.requested) if self.requested is not None else [
+            *conf.queue_names(), *sorted(set(rows) - set(conf.queue_names()))]
+        limits = {}
+        for name in names:
+            explicit = self.requested.get(name) if self.requested is not None else None
+            row = rows.get(name)
+            override = getattr(row, "concurrency", None)
+            limits[name] = int(explicit or override or conf.concurrency(name))
+        return limits
+
+    def _add_dispatcher(self, name: str, concurrency: int) -> None:
+        dispatcher = Dispatcher(name, concurrency, self.node, self.acker,
+                                poll_interval=self.poll_interval)
+        with self._lock:
+            self.dispatchers[name] = dispatcher
+        dispatcher.start()
+
+    def _start_services(self, limits: Mapping[str, int]) -> None:
+        for path in self.service_paths:
+            module_name, _, class_name = path.rpartition(".")
+            try:
+                cls = getattr(import_module(module_name), class_name)
+            except (ImportError, AttributeError):
+                logger.debug("kathikon: service %s is not available; skipped", path)
+                continue
+            options: dict[str, Any] = {}
+            if class_name == "Heartbeat":
+                options = {"hostname": socket.gethostname(), "pid": os.getpid(),
+                           "queues": dict(limits)}
+            try:
+                service = cls(self.node, **options)
+                service.start()
+            except Exception:
+                logger.exception("kathikon: service %s failed to start", path)
+                continue
+            self.services.append(service)
+
+    def _banner(self, limits: Mapping[str, int]) -> None:
+        connection = storage.vendor.connection()
+        queues = ", ".join(f"{name} ({n})" for name, n in limits.items())
+        mode = "burst" if self.burst else "running"
+        self.write(f"kathikon worker {self.node} {mode}: {connection.vendor} database "
+                   f"{connection.settings_dict.get('NAME')!s} (alias {storage.alias()}); "
+                   f"queues: {queues}; poll every {self.poll_interval:g}s"
+                   + ("; instant pickup via LISTEN" if self.listener else ""))
+        if self.services:
+            names = ", ".join(type(s).__name__ for s in self.services)
+            logger.debug("kathikon: services: %s", names)
+
+    # -- the main loop -----------------------------------------------------------------------
+
+    def _main_loop(self) -> None:
+        tick = 0.02 if self.burst else min(self.poll_interval, 1.0)
+        next_refresh = time.monotonic() + self.poll_interval
+        next_summary = time.monotonic() + SUMMARY_EVERY
+        started, done_at_start = time.monotonic(), self.acker.written
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            if self.requested is None and (now >= next_refresh or self._refresh_now.is_set()):
+                self._refresh_now.clear()
+                next_refresh = now + self.poll_interval
+                self._refresh_queues()
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                logger.warning("kathikon: supervisor %s is gone; stopping", self.parent_pid)
+                return
+            if self.burst:
+                if self._burst_done():
+                    self._summary(started, done_at_start, remaining=0)
+                    return
+                if now >= next_summary:
+                    next_summary = now + SUMMARY_EVERY
+                    self._summary(started, done_at_start)
+
+    def _refresh_queues(self) -> None:
+        """Pick up queues added with ``start_queue`` and concurrency overrides of Queue rows."""
+        try:
+            limits = self._queue_limits(storage.queue_rows())
+        except Exception as exc:
+            logger.warning("kathikon: reading queues failed (%s: %s)", type(exc).__name__, exc)
+            connections[storage.alias()].close()
+            return
+        for name, concurrency in limits.items():
+            dispatcher = self.dispatchers.get(name)
+            if dispatcher is None:
+                logger.info("kathikon: new queue %s (%d)", name, concurrency)
+                self._add_dispatcher(name, concurrency)
+            else:
+                dispatcher.set_concurrency(concurrency)
+
+    def _burst_done(self) -> bool:
+        if not self._all_idle():
+            return False
+        try:
+            if storage.promote_scheduled():
+                self._wake_all()
+                return False
+            if count_due_jobs(list(self.dispatchers)):
+                self._wake_all()
+                return False
+        except Exception as exc:
+            logger.warning("kathikon: burst check failed (%s: %s)", type(exc).__name__, exc)
+            connections[storage.alias()].close()
+            return False
+        return self._all_idle()
+
+    def _all_idle(self) -> bool:
+        return self.acker.idle and all(d.idle for d in list(self.dispatchers.values()))
+
+    def _summary(self, started: float, done_at_start: int, remaining: int | None = None) -> None:
+        done = self.acker.written - done_at_start
+        if remaining is None:
+            try:
+                remaining = count_due_jobs(list(self.dispatchers))
+            except Exception:
+                remaining = -1
+        elapsed = max(time.monotonic() - started, 1e-9)
+        running = sum(d.running for d in self.dispatchers.values())
+        logger.info("kathikon burst %s: %d done, %d running, %s remaining, %.0f jobs/s",
+                    self.node, done, running, remaining if remaining >= 0 else "?",
+                    done / elapsed)
+
+    # -- events from other threads -----------------------------------------------------------
+
+    def _notified(self, event: str, queue: str) -> None:
+        dispatcher = self.dispatchers.get(queue)
+        if dispatcher is None:
+            if self.requested is None and event in ("available", "resume"):
+                self._refresh_now.set()  # maybe a queue started since
+            return
+        if event in ("available", "resume"):
+            dispatcher.wake()
+
+    def _wake_all(self) -> None:
+        for dispatcher in list(self.dispatchers.values()):
+            dispatcher.wake()
+
+    def _settled(self, executions: list[Execution]) -> None:
+        """After each ack batch: log failures, wake dispatchers for retries coming due."""
+        soon = dt.timedelta(seconds=self.poll_interval)
+        now = None
+        for execution in executions:
+            if not execution.written or execution.kind == "completed":
+                continue
+            job = execution.job
+            if execution.kind in ("failed", "discarded"):
+                error = execution.ack.error or {}
+                logger.warning("kathikon job %s %s attempt %d/%d %s: %s: %s → %s",
+                               job.id.hex, job.worker, job.attempts, job.max_attempts,
+                               execution.kind, error.get("kind"), error.get("message"),
+                               job.state)
+            if job.state == JobState.RETRYABLE and job.available_at is not None:
+                now = now or storage.vendor.now()
+                delay = (job.available_at - now).total_seconds()
+                dispatcher = self.dispatchers.get(job.queue)
+                if dispatcher is not None and delay < soon.total_seconds():
+                    dispatcher.wake_at(time.monotonic() + max(0.0, delay))
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        logger.info("kathikon worker %s stopping", self.node)
+        _safely(lambda: storage.mark_node_stopping(self.node), "marking the node stopping")
+        dispatchers = list(self.dispatchers.values())
+        for dispatcher in dispatchers:
+            dispatcher.stop_claiming()
+        if self.listener is not None:
+            self.listener.stop()
+        for dispatcher in dispatchers:
+            dispatcher.join(10)  # a claim in flight finishes and is handed over
+        deadline = time.monotonic() + self.grace_period
+        for dispatcher in dispatchers:
+            dispatcher.wait_running(deadline - time.monotonic())
+        leftovers = [job for dispatcher in dispatchers for job in dispatcher.abandon_running()]
+        if leftovers:
+            logger.warning("kathikon worker %s: %d job(s) still running after the %gs grace "
+                           "period; released (attempt restored)", self.node, len(leftovers),
+                           self.grace_period)
+            self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)
+                                for job in leftovers])
+        if not self.acker.stop(timeout=max(10.0, self.grace_period)):
+            logger.error("kathikon worker %s: some acknowledgements could not be written; "
+                         "the lifeline will rescue those jobs", self.node)
+        for service in self.services:
+            service.stop()
+        for service in self.services:
+            service.join(5)
+        for dispatcher in dispatchers:
+            dispatcher.close()
+        if self.listener is not None:
+            self.listener.join(2)
+        _safely(lambda: storage.mark_node_stopped(self.node), "marking the node stopped")
+        signals.send(signals.worker_stopped, Node, node=self.node)
+        logger.info("kathikon worker %s stopped", self.node)
+        connections.close_all()
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if self._first_signal is None:
+            self._first_signal = now
+            logger.info("kathikon worker %s: %s, shutting down (grace period %gs; signal again "
+                        "to stop at once)", self.node, signal.Signals(signum).name,
+                        self.grace_period)
+            self._stop.set()
+        elif now - self._first_signal > DUPLICATE_SIGNAL:
+            logger.warning("kathikon worker %s: second %s, exiting now; the lifeline rescues "
+                           "its jobs", self.node, signal.Signals(signum).name)
+            os._exit(1)
+
+
+def _safely(action: Callable[[], object], what: str) -> None:
+    try:
+        action()
+    except Exception as exc:
+        logger.warning("kathikon: %s failed (%s: %s)", what, type(exc).__name__, exc)

@@ -1,0 +1,28 @@
+"""Internal: the worker runtime's own reads — orphaned claims and what is still due."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kathikon.models import Job, Queue
+from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
+from kathikon.storage import vendor
+
+
+def executing_jobs(node: str, queue: str) -> list[Job]:
+    """Jobs of ``queue`` claimed or running under ``node`` (to find claims whose reply was lost)."""
+    return list(Job.objects.using(vendor.alias()).filter(
+        queue=queue, attempted_by=node, state__in=EXECUTING_STATES).order_by())
+
+
+def count_due_jobs(queues: Iterable[str]) -> int:
+    """Jobs of the unpaused queues among ``queues`` that could be claimed or promoted now."""
+    using = vendor.alias()
+    wanted = sorted(set(queues))
+    names = set(wanted) - set(Queue.objects.using(using).filter(name__in=wanted, paused=True)
+                              .values_list("name", flat=True))
+    if not names:
+        return 0
+    states = [*CLAIMABLE_STATES, JobState.SCHEDULED]
+    return Job.objects.using(using).filter(
+        queue__in=sorted(names), state__in=states, available_at__lte=vendor.now()).count()
