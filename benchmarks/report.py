@@ -1,0 +1,316 @@
+"""The summary table, the targets, and ``docs/benchmarks.md``."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.dbs import LABELS, VENDORS
+
+HERE = Path(__file__).resolve().parent
+
+# The peers' figures (shared harness, same kind of machine; see docs/benchmarks.md).
+PEER_SINGLE = 1579  # procrastinate, single enqueue/s
+PEER_DRAIN_1 = 346  # procrastinate, 1 process
+
+# name, goal, the value from a vendor's results, and the test the value must pass
+TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], Any], Callable[[Any], bool]]] = [
+    ("insert", f"≥ {PEER_SINGLE:,} jobs/s (procrastinate's single enqueue)",
+     lambda r: _get(r, "enqueue", "rate"), lambda v: v >= PEER_SINGLE),
+    ("insert_many", "≥ 30,000 jobs/s (2x procrastinate's bulk API)",
+     lambda r: _get(r, "bulk", "rate"), lambda v: v >= 30000),
+    ("drain, 1 process", "≥ 1,050 jobs/s (3x the best peer)",
+     lambda r: _get(r, "drain", "p1", "rate"), lambda v: v >= 1050),
+    ("drain, 2 processes", "≥ 2,000 jobs/s (4x the best peer)",
+     lambda r: _get(r, "drain", "p2", "rate"), lambda v: v >= 2000),
+    ("pickup latency p50", "≤ 4 ms (the best peer)",
+     lambda r: _get(r, "latency", "p50"), lambda v: v <= 4),
+    ("pickup latency p95", "≤ 10 ms", lambda r: _get(r, "latency", "p95"), lambda v: v <= 10),
+    ("1M backlog drain", "≥ 80% of the 10k-backlog rate", lambda r: _ratio(r),
+     lambda v: v >= 0.8),
+    ("claim plan", "uses the partial index kathikon_job_claim",
+     lambda r: _get(r, "backlog", "explain", "uses_claim_index"), bool),
+    ("worker memory", "RSS grows < 10% over the drained jobs",
+     lambda r: _get(r, "backlog", "large", "rss_growth"), lambda v: v < 0.10),
+]
+
+
+def _get(results: dict[str, Any], *keys: str) -> Any:
+    value: Any = results.get("phases", {})
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _ratio(results: dict[str, Any]) -> float | None:
+    small, large = _get(results, "backlog", "small", "rate"), _get(results, "backlog", "large",
+                                                                     "rate")
+    if not small or large is None:
+        return None
+    return large / small
+
+
+def _rate(value: Any) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _count(value: Any) -> str:
+    if value is None:
+        return "?"
+    if value >= 1_000_000 and value % 1_000_000 == 0:
+        return f"{value // 1_000_000}M"
+    if value >= 1000 and value % 1000 == 0:
+        return f"{value // 1000}k"
+    return f"{value:,}"
+
+
+def machine() -> dict[str, str]:
+    cpu, cores = "unknown CPU", os.cpu_count() or 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    python = platform.python_version()
+    return {"cpu": cpu, "cores": str(cores), "memory": memory, "kernel": platform.release(),
+            "python": python, "commit": commit or "?",
+            "summary": f"{cores} x {cpu}, {memory} RAM, Python {python}"}
+
+
+def _cell(results: dict[str, Any] | None, fn: Callable[[dict[str, Any]], str]) -> str:
+    if results is None:
+        return "skipped"
+    try:
+        return fn(results)
+    except (TypeError, KeyError, ZeroDivisionError):
+        return "-"
+
+
+def _rss(r: dict[str, Any]) -> str:
+    large = _get(r, "backlog", "large")
+    if not large or not large.get("rss_warm_kib"):
+        return "-"
+    growth = large.get("rss_growth")
+    return (f"{large['rss_warm_kib'] / 1024:.1f} → {large['rss_final_kib'] / 1024:.1f} MiB "
+            f"({growth:+.1%} over {_count(large.get('completed'))} jobs)")
+
+
+ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("insert, 1 job per transaction (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'enqueue', 'rate'))} (N={_count(_get(r, 'enqueue', 'n'))})"),
+    ("insert_many, one call (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'bulk', 'rate'))} (N={_count(_get(r, 'bulk', 'n'))})"),
+    ("storage loop: claim 10 → run → 1 ack, in-process (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'storage', 'rate'))} (N={_count(_get(r, 'storage', 'n'))})"),
+    ("drain, 1 `kathikon_worker` (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'drain', 'p1', 'rate'))} (N={_count(_get(r, 'drain', 'p1', 'n'))})"
+     + (" TIMED OUT" if _get(r, "drain", "p1", "timed_out") else "")),
+    ("drain, 2 `kathikon_worker` (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'drain', 'p2', 'rate'))} (N={_count(_get(r, 'drain', 'p2', 'n'))})"
+     + (" TIMED OUT" if _get(r, "drain", "p2", "timed_out") else "")),
+    ("pickup latency, idle worker, p50 / p95 / max (ms)",
+     lambda r: f"{_ms(_get(r, 'latency', 'p50'))} / {_ms(_get(r, 'latency', 'p95'))} / "
+               f"{_ms(_get(r, 'latency', 'max'))} (N={_get(r, 'latency', 'n')})"),
+    ("drain with a small backlog, 1 worker (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'backlog', 'small', 'rate'))} "
+               f"({_count(_get(r, 'backlog', 'small', 'n'))} queued)"),
+    ("drain with a large backlog, 1 worker (jobs/s)",
+     lambda r: f"{_rate(_get(r, 'backlog', 'large', 'rate'))} "
+               f"({_count(_get(r, 'backlog', 'large', 'n'))} queued, first "
+               f"{_count(_get(r, 'backlog', 'large', 'completed'))} drained)"),
+    ("large / small backlog rate",
+     lambda r: "-" if _ratio(r) is None else f"{_ratio(r):.0%}"),
+    ("claim query uses kathikon_job_claim (EXPLAIN)",
+     lambda r: {True: "yes", False: "NO", None: "-"}[_get(r, "backlog", "explain",
+                                                          "uses_claim_index")]
+     + ("" if _get(r, "backlog", "explain", "execution_ms") is None
+        else f" ({_get(r, 'backlog', 'explain', 'execution_ms'):.2f} ms)")),
+    ("worker RSS, warm → end", _rss),
+    ("filling the large backlog with insert_many (jobs/s)",
+     lambda r: _rate(_get(r, "backlog", "fill", "rate"))),
+]
+
+
+def table(results: dict[str, Any]) -> str:
+    vendors = [v for v in VENDORS if v in results["vendors"] or v in results.get("skipped", {})]
+    head = "| | " + " | ".join(LABELS[v] for v in vendors) + " |"
+    lines = [head, "|---|" + "---:|" * len(vendors)]
+    for name, fn in ROWS:
+        cells = [_cell(results["vendors"].get(v), fn) for v in vendors]
+        if all(cell.startswith("-") for cell in cells):
+            continue
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets(results: dict[str, Any]) -> str:
+    pg = results["vendors"].get("postgres")
+    if pg is None:
+        return "(PostgreSQL was not run: the targets are PostgreSQL figures.)"
+    lines = ["| target (PostgreSQL) | goal | holds |", "|---|---|---|"]
+    for name, goal, value_of, passes in TARGETS:
+        value = value_of(pg)
+        holds = "not run" if value is None else ("yes" if passes(value) else "**no**")
+        lines.append(f"| {name} | {goal} | {holds} |")
+    return "\n".join(lines)
+
+
+def _servers(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for vendor in VENDORS:
+        r = results["vendors"].get(vendor)
+        if r is None:
+            if vendor in results.get("skipped", {}):
+                lines.append(f"- {LABELS[vendor]}: skipped ({results['skipped'][vendor]})")
+            continue
+        server = r.get("server", {})
+        rest = ", ".join(f"{k}={v}" for k, v in server.items() if k != "version")
+        lines.append(f"- {LABELS[vendor]} {server.get('version', '?')}"
+                     + (f" ({rest})" if rest else ""))
+    return lines
+
+
+def _errors(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for vendor, r in results["vendors"].items():
+        for name, text in (r.get("errors") or {}).items():
+            lines.append(f"- {LABELS[vendor]} {name} FAILED: "
+                         f"{text.strip().splitlines()[-1] if text.strip() else '?'}")
+    return lines
+
+
+def summary(results: dict[str, Any]) -> str:
+    parts = [table(results), "", targets(results)]
+    errors = _errors(results)
+    if errors:
+        parts += ["", *errors]
+    return "\n".join(parts)
+
+
+def document(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    django = next((r.get("django") for r in results["vendors"].values() if r.get("django")), "?")
+    pg = results["vendors"].get("postgres")
+    sizes = []
+    for vendor, r in results["vendors"].items():
+        s = r.get("sizes", {})
+        if s:
+            sizes.append(f"- {LABELS[vendor]}: insert {s['single']:,} x{s['single_reps']}, "
+                         f"insert_many {s['bulk']:,} x{s['bulk_reps']}, drain {s['drain']:,}, "
+                         f"latency {s['latency']} jobs 50 ms apart, backlog "
+                         f"{_count(s['backlog_small'])} vs {_count(s['backlog_large'])} "
+                         f"(first {_count(s['backlog_window'])} drained, RSS sampled)")
+    out = [
+        "# Benchmarks",
+        "",
+        "How fast Kathikon enqueues and drains jobs, how quickly an idle worker picks a new",
+        "job up, and whether that holds with a million jobs queued. PostgreSQL is the",
+        "primary target; MariaDB and SQLite run the same phases with smaller N.",
+        "",
+        "```sh",
+        "make bench                 # full run, about 10 minutes; rewrites this page",
+        "make bench-quick           # about 1 minute, small N, prints only",
+        ".venv/bin/python -m benchmarks --db postgres --only enqueue,drain",
+        "```",
+        "",
+        "The suite creates its own database (`kathikon_bench`) on each server, starts real",
+        "`kathikon_worker` processes with default settings, and drops the database at the",
+        "end. Benchmarks are not tests: nothing here fails a build.",
+        "",
+        f"## Latest run: {results['started'][:16].replace('T', ' ')} UTC"
+        + (" (quick)" if results.get("quick") else ""),
+        "",
+        f"- Machine: {m['cores']} x {m['cpu']}, {m['memory']} RAM, Linux {m['kernel']}",
+        f"- Python {m['python']}, Django {django}, Kathikon commit `{m['commit']}`",
+        *_servers(results),
+        "- Kathikon settings: defaults (`KATHIKON = {}`: queue `default`, concurrency 10, "
+        "poll interval 1 s; LISTEN/NOTIFY on PostgreSQL)",
+        f"- Wall time: {results.get('seconds', 0) / 60:.1f} min",
+        "",
+        table(results),
+        "",
+        "Sizes (MariaDB and SQLite use a reduced set):",
+        "",
+        *sizes,
+        "",
+        "### Targets",
+        "",
+        targets(results),
+        "",
+    ]
+    errors = _errors(results)
+    if errors:
+        out += ["Failures in this run:", "", *errors, ""]
+    out += [
+        "### How each figure is measured",
+        "",
+        "- **insert**: `kathikon.insert(NoopWorker, {\"i\": i})` in a loop, autocommit, so one",
+        "  transaction per job; median of the repetitions.",
+        "- **insert_many**: one `kathikon.insert_many([...])` call with the default chunk size",
+        "  (PostgreSQL: one `COPY` per chunk, plus one NOTIFY per queue).",
+        "- **storage loop**: the claim → run → ack path alone, in the benchmark process:",
+        "  `claim_jobs(limit=10)`, run the no-op, one fenced `ack_jobs` for the batch. It is",
+        "  the ceiling for one worker process without the runtime around it.",
+        "- **drain**: no-op jobs queued first (ANALYZE, CHECKPOINT), then 1 or 2",
+        "  `manage.py kathikon_worker` processes start. The rate is the steady state: jobs",
+        "  completed between the first and the last `completed_at`, start-up excluded",
+        "  (as in the shared peer harness).",
+        "- **pickup latency**: one idle worker (a sentinel job ran, then 1.5 s of quiet); jobs",
+        "  enqueued 50 ms apart record `time.time()` when `perform` starts; latency = that",
+        "  minus `time.time()` just before `insert`. On MariaDB and SQLite there is no",
+        "  LISTEN/NOTIFY, so latency follows the poll interval (1 s by default).",
+        "- **backlog**: the same 1-worker drain with a small and with a large table; with the",
+        "  large one only the first jobs are drained (the rate is the steady state over",
+        "  those). The claim query's plan is taken on the large table (PostgreSQL:",
+        "  `EXPLAIN (ANALYZE, BUFFERS)` inside a rolled-back transaction).",
+        "- **worker RSS**: VmRSS of the worker process (and any children) from",
+        "  `/proc/<pid>/status` once a second during the large-backlog drain; growth is from",
+        "  the first sample after 10% of the jobs to the last.",
+        "",
+    ]
+    if pg and _get(pg, "backlog", "explain", "plan"):
+        out += ["### The claim query's plan (PostgreSQL, large backlog)", "", "```text",
+                _get(pg, "backlog", "explain", "plan"), "```", ""]
+    admin = results.get("admin")
+    if admin:
+        out += ["### Admin pages with a large table", "",
+                "From `benchmarks/admin_pages.py` (`python -m benchmarks --only admin`):", "",
+                "```text", admin.get("output", "").rstrip(), "```", ""]
+    for name in ("peers.md", "optimisations.md"):
+        path = HERE / name
+        if path.exists():
+            out += [path.read_text().rstrip(), ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # re-render a saved --json file
+    import json
+
+    data = json.loads(Path(sys.argv[1]).read_text())
+    print(document(data))
