@@ -1,0 +1,123 @@
+"""The lifeline with real ``kathikon_worker`` processes: kill -9 and SIGSTOP of a worker."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kathikon
+from kathikon import storage
+from kathikon.models import Job, JobEvent
+from kathikon.storage.rescue import ERROR_KIND
+from tests.runtime.conftest import wait_until
+from tests.runtime.lifeline_workers import SlowRecorded, executions
+
+HEARTBEAT_INTERVAL = 0.5
+RESCUE_AFTER = 3.0
+SETTINGS = {
+    "HEARTBEAT_INTERVAL": HEARTBEAT_INTERVAL,
+    "RESCUE_AFTER": RESCUE_AFTER,
+    "POLL_INTERVAL": 0.2,
+    "SCHEDULER_INTERVAL": 0.5,
+    "SHUTDOWN_GRACE_PERIOD": 5,
+    "QUEUES": {"default": {"concurrency": 4}},
+}
+
+
+def insert_slow(log: Path, count: int, seconds: float) -> list[str]:
+    result = kathikon.insert_many(
+        [(SlowRecorded, {"log": str(log), "seconds": seconds, "i": i}) for i in range(count)])
+    assert result.inserted == count and not result.errors
+    return [getattr(job_id, "hex", job_id) for job_id in result.ids]
+
+
+def started_by(log: Path, node: str) -> bool:
+    return any(row[1] == node and row[3] == "start" for row in executions(log))
+
+
+def all_completed(count: int) -> bool:
+    return storage.count_by_state()["completed"] == count
+
+
+def snapshot() -> dict[str, tuple[Any, ...]]:
+    return {job.id.hex: (job.state, job.lease, job.attempts, job.attempted_by, job.result,
+                         job.errors, job.completed_at)
+            for job in Job.objects.all()}
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_worker_of_three_rescues_its_jobs_only(worker_processes: Any,
+                                                            tmp_path: Path):
+    log = tmp_path / "executions.log"
+    ids = insert_slow(log, 24, seconds=1.5)
+    victim, *_ = worker_processes.start_many(3, settings=SETTINGS)
+    wait_until(lambda: started_by(log, "w0"), timeout=20, message="w0 to start a job")
+
+    killed_at = storage.db_now()
+    victim.kill()  # SIGKILL: no shutdown, no release, no last heartbeat
+    held = {job.id.hex for job in storage.held_jobs("w0")}
+    assert held, "the victim held no job when it was killed"
+
+    wait_until(lambda: all_completed(len(ids)), timeout=RESCUE_AFTER + 20,
+               message="every job to complete")
+
+    starts = Counter(row[0] for row in executions(log) if row[3] == "start")
+    assert set(starts) == set(ids)  # every job ran
+    ran_twice = {job for job, count in starts.items() if count > 1}
+    assert ran_twice <= held  # only jobs the dead node held ran twice
+    assert max(starts.values()) <= 2
+
+    rescues = list(JobEvent.objects.filter(kind="rescued"))
+    assert {event.job_id.hex for event in rescues} == held  # each held job rescued once
+    assert len(rescues) == len(held)
+    for job in Job.objects.filter(id__in=[event.job_id for event in rescues]):
+        assert job.state == "completed" and job.attempted_by in ("w1", "w2")
+        assert [e["kind"] for e in job.errors] == [ERROR_KIND]
+        assert "node w0" in job.errors[0]["message"]
+    rescue_seconds = max((event.at - killed_at).total_seconds() for event in rescues)
+    sys.stderr.write(f"\nrescue time after kill -9: {rescue_seconds:.2f}s "
+                     f"(RESCUE_AFTER={RESCUE_AFTER}s, HEARTBEAT_INTERVAL={HEARTBEAT_INTERVAL}s)\n")
+    assert rescue_seconds <= RESCUE_AFTER + 4
+
+
+@pytest.mark.slow
+def test_a_worker_frozen_past_rescue_after_has_its_late_acks_refused(worker_processes: Any,
+                                                                     tmp_path: Path):
+    log = tmp_path / "executions.log"
+    ids = insert_slow(log, 8, seconds=1.0)
+    frozen, _ = worker_processes.start_many(2, settings=SETTINGS)
+    wait_until(lambda: started_by(log, "w0"), timeout=20, message="w0 to start a job")
+
+    frozen.signal_group(signal.SIGSTOP)
+    try:
+        held = {job.id.hex for job in storage.held_jobs("w0")}
+        assert held, "the frozen worker held no job"
+        wait_until(lambda: all_completed(len(ids)), timeout=RESCUE_AFTER + 20,
+                   message="every job to complete while w0 is frozen")
+        before = snapshot()
+    finally:
+        frozen.signal_group(signal.SIGCONT)
+
+    # Awake again: its jobs finish their sleep and it acknowledges them, too late.
+    wait_until(lambda: all(any(r[0] == job and r[1] == "w0" and r[3] == "end"
+                               for r in executions(log)) for job in held),
+               timeout=15, message="w0's frozen jobs to return")
+    frozen.signal(signal.SIGTERM)  # a graceful exit flushes every pending acknowledgement
+    assert frozen.wait(timeout=15) == 0
+
+    assert snapshot() == before  # the late acknowledgements changed nothing
+    output = frozen.log()
+    for job_hex in held:
+        assert f"ack of job {job_hex} fenced off" in output
+    assert "node w0 was silent for" in output  # its heartbeat noticed the freeze
+    for job in Job.objects.filter(id__in=[uuid.UUID(h) for h in held]):
+        assert job.state == "completed" and job.attempted_by == "w1"
+        assert job.result == {"node": "w1", "attempt": job.attempts}
+        assert [e["kind"] for e in job.errors] == [ERROR_KIND]
+    assert JobEvent.objects.filter(kind="rescued").count() == len(held)
