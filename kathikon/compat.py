@@ -22,7 +22,7 @@ try:  # Django >= 6.0
     )
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TaskError
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
     from django.tasks.signals import task_enqueued, task_finished, task_started
 
     SOURCE = "django.tasks"
@@ -41,7 +41,10 @@ except ImportError:
         from django_tasks.exceptions import (  # type: ignore[no-redef]
             InvalidTaskError as InvalidTask,
         )
-        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+        from django_tasks.exceptions import (  # type: ignore[no-redef]
+            TaskResultDoesNotExist,
+            TaskResultMismatch,
+        )
         from django_tasks.signals import (  # type: ignore[no-redef]
             task_enqueued,
             task_finished,
@@ -66,6 +69,7 @@ def normalize_json(value: Any) -> Any:
 
 __all__ = [
     "AVAILABLE", "DEFAULT_TASK_QUEUE_NAME", "SOURCE", "BaseTaskBackend", "InvalidTask", "Task",
-    "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist", "TaskResultStatus",
+    "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist", "TaskResultMismatch",
+    "TaskResultStatus",
     "normalize_json", "task", "task_backends", "task_enqueued", "task_finished", "task_started",
 ]
