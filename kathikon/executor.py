@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kathikon import batch as _batches
 from kathikon import conf, signals
 from kathikon.backoff import with_jitter
 from kathikon.exceptions import KathikonError
 from kathikon.jobspec import worker_class
 from kathikon.models import Job
-from kathikon.states import JobState
+from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.storage import Ack, ack_jobs, start_job
 from kathikon.workers import Discard, Retry, Snooze, Worker
 
@@ -67,6 +68,7 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
                          0.0, queue_time)
     signals.send(signals.job_started, cls, job=job, queue_time=queue_time)
     worker = cls()
+    _batches.performing[job.id] = job  # lets Batch.open() inside perform hold this parent
     try:
         if invoke is not None:
             outcome = invoke(worker, job)
@@ -82,6 +84,8 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
         return Execution(job, "discarded", ack, cls, discard, _since(started), queue_time)
     except Exception as exc:  # user code failed: that is data, never a crashed worker
         return _failed(job, worker, exc, started, queue_time)
+    finally:
+        _batches.performing.pop(job.id, None)
     return Execution(job, "completed", Ack(job, JobState.COMPLETED, result=_storable(outcome)),
                      cls, None, _since(started), queue_time)
 
@@ -108,14 +112,26 @@ def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
 
 def settle(executions: Sequence[Execution]) -> list[Execution]:
     """Write every outcome with one ``ack_jobs`` call, then send the signals."""
-    written = ack_jobs([execution.ack for execution in executions])
+    pending, kept = executions, set()
+    if _batches.held:  # a parent opened a batch inside perform: it may stay running (rare)
+        kept = _batches.hold_parents(executions)
+        pending = [execution for execution in executions if execution.job.id not in kept]
+    written = ack_jobs([execution.ack for execution in pending]) | kept
+    finished_batches = None
     for execution in executions:
         execution.written = execution.job.id in written
         if not execution.written:
             logger.warning("kathikon: ack of job %s fenced off (rescued or changed since its "
                            "claim); outcome %s dropped", execution.job.id.hex, execution.kind)
             continue
+        if kept and execution.job.id in kept:
+            continue  # completed, with its signal, when its batch is closed
         _send_outcome(execution)
+        if execution.job.batch_id is not None and execution.job.state in TERMINAL_STATES:
+            finished_batches = finished_batches or set()
+            finished_batches.add(execution.job.batch_id)
+    if finished_batches:  # one query; jobs outside batches pay nothing
+        _batches.children_finished(finished_batches)
     return list(executions)
 
 
