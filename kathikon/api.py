@@ -101,6 +101,10 @@ def cancel(job_id: object) -> Job:
     """Cancel a pending job; ``JobExecuting`` while it runs, ``InvalidState`` once terminal."""
     job = storage.cancel_job(job_id)
     signals.send(signals.job_cancelled, _sender(job), job=job)
+    if job.batch_id is not None:  # it may have been the last unfinished child
+        from kathikon.batch import children_finished
+
+        children_finished([job.batch_id])
     return job
 
 
