@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.core.management import call_command
 
-from kathikon.storage import notify, queues, vendor
+from kathikon.storage import batches, cron, notify, queues, vendor
 from kathikon.storage.acks import Ack, ack_jobs
 from kathikon.storage.claims import claim_job, claim_jobs, start_job
 from kathikon.storage.events import events_for, record_event, record_events
@@ -73,8 +73,9 @@ def reset() -> None:
 
 
 __all__ = [
-    "Ack", "Rescued", "ack_jobs", "alias", "all", "all_jobs", "cancel_job", "claim", "claim_job",
-    "claim_jobs", "clear_jobs", "count_by_state", "db_now", "dead_jobs", "delete", "delete_job",
+    "Ack", "Rescued", "ack_jobs", "alias", "all", "all_jobs", "batches", "cancel_job", "claim",
+    "claim_job", "claim_jobs", "clear_jobs", "count_by_state", "cron", "db_now", "dead_jobs",
+    "delete", "delete_job",
     "delete_stale_nodes", "ensure_queue", "events_for", "fetch", "fetch_job", "fetch_node",
     "heartbeat", "held_jobs", "insert", "insert_job", "insert_jobs", "is_postgres", "job_pk",
     "live_nodes", "mark_node_stopped", "mark_node_stopping", "notify", "paused_queues",
