@@ -25,3 +25,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 f"KATHIKON[{key!r}] names the database {name!r}, which is not in DATABASES.",
                 hint=f"Known aliases: {', '.join(settings.DATABASES)}.", id="kathikon.E008"))
     return messages
+
+
+@checks.register(checks.Tags.compatibility)
+def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Static schedules in ``KATHIKON["CRON"]`` that the scheduler would have to skip."""
+    raw = getattr(settings, "KATHIKON", {})
+    entries = raw.get("CRON", []) if isinstance(raw, dict) else []
+    if not isinstance(entries, (list, tuple)):
+        return []  # kathikon.E010 reports it
+    from kathikon.cron import static_problems
+
+    return [checks.Error(f"KATHIKON['CRON'][{index}]: {message}.",
+                         hint="Fix or remove the entry; see docs/cron.md. Workers skip it.",
+                         id="kathikon.E013")
+            for index, message in static_problems(entries)]
