@@ -350,12 +350,12 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def run(vendor: str, phases: list[str], quick: bool, out_path: Path | None,
-        log_dir: Path) -> dict[str, Any]:
+        log_dir: Path, overrides: dict[str, int] | None = None) -> dict[str, Any]:
     import django
 
     progress = Progress(vendor)
     mode = "quick" if quick else "full"
-    size = SIZES[("postgres" if vendor == "postgres" else "other", mode)]
+    size = {**SIZES[("postgres" if vendor == "postgres" else "other", mode)], **(overrides or {})}
     results: dict[str, Any] = {"vendor": vendor, "mode": mode, "sizes": size, "phases": {},
                                "errors": {}}
 
@@ -399,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(PHASES))
     parser.add_argument("--json", type=Path)
     parser.add_argument("--log-dir", type=Path)
+    parser.add_argument("--size", action="append", default=[], metavar="KEY=N",
+                        help="override one size, e.g. --size single=50 (see SIZES)")
     args = parser.parse_args(argv)
     phases = [p for p in args.only.split(",") if p]
     unknown = set(phases) - set(PHASES)
@@ -406,8 +408,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown phase(s) {sorted(unknown)}; choose from {', '.join(PHASES)}")
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"kathikon-bench-{args.db}-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    run(args.db, phases, args.quick, args.json, log_dir)
-    return 0
+    overrides = {}
+    for item in args.size:
+        key, _, value = item.partition("=")
+        if key not in SIZES[("postgres", "full")] or not value.isdigit():
+            parser.error(f"--size {item!r}: expected KEY=N with KEY one of "
+                         f"{', '.join(SIZES[('postgres', 'full')])}")
+        overrides[key] = int(value)
+    results = run(args.db, phases, args.quick, args.json, log_dir, overrides)
+    return 1 if results["errors"] else 0
 
 
 if __name__ == "__main__":
