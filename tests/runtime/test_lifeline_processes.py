@@ -70,12 +70,19 @@ def test_kill_9_of_one_worker_of_three_rescues_its_jobs_only(worker_processes: A
     starts = Counter(row[0] for row in executions(log) if row[3] == "start")
     assert set(starts) == set(ids)  # every job ran
     ran_twice = {job for job, count in starts.items() if count > 1}
-    assert ran_twice <= held  # only jobs the dead node held ran twice
     assert max(starts.values()) <= 2
+    by_w0 = {(row[0], row[3]) for row in executions(log) if row[1] == "w0"}
+    interrupted = {job for job, event in by_w0 if event == "start"} - {
+        job for job, event in by_w0 if event == "end"}
+    assert interrupted and interrupted <= ran_twice  # cut short by the kill, then run again
 
+    # A claim statement still in flight at the kill may commit a moment later: the jobs
+    # rescued are those held at the kill, perhaps plus such a claim, and all were w0's.
     rescues = list(JobEvent.objects.filter(kind="rescued"))
-    assert {event.job_id.hex for event in rescues} == held  # each held job rescued once
-    assert len(rescues) == len(held)
+    rescued = {event.job_id.hex for event in rescues}
+    assert held <= rescued and len(rescues) == len(rescued)  # each rescued once
+    assert {event.data["node"] for event in rescues} == {"w0"}
+    assert ran_twice <= rescued  # only jobs the dead node held ran twice
     for job in Job.objects.filter(id__in=[event.job_id for event in rescues]):
         assert job.state == "completed" and job.attempted_by in ("w1", "w2")
         assert [e["kind"] for e in job.errors] == [ERROR_KIND]
@@ -120,4 +127,6 @@ def test_a_worker_frozen_past_rescue_after_has_its_late_acks_refused(worker_proc
         assert job.state == "completed" and job.attempted_by == "w1"
         assert job.result == {"node": "w1", "attempt": job.attempts}
         assert [e["kind"] for e in job.errors] == [ERROR_KIND]
-    assert JobEvent.objects.filter(kind="rescued").count() == len(held)
+    rescues = list(JobEvent.objects.filter(kind="rescued"))
+    assert held <= {event.job_id.hex for event in rescues}
+    assert {event.data["node"] for event in rescues} == {"w0"}
