@@ -61,7 +61,10 @@ class Noop(kathikon.Worker):
 
 class Record(kathikon.Worker):
     """Writes one ``Execution`` row per run (whole-process tests count them); with
-    ``{"sleep": seconds}`` it first sleeps that long."""
+    ``{"sleep": seconds}`` it first sleeps that long. Retries come at once."""
+
+    def backoff(self, job):
+        return 0.05
 
     def perform(self, job):
         import time
@@ -96,6 +99,9 @@ class Hangs(kathikon.Worker):
 
     timeout = 0.5
     max_attempts = 2
+
+    def backoff(self, job):
+        return 0
 
     def perform(self, job):
         import time

@@ -14,7 +14,8 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Execution',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True,
+                                           serialize=False, verbose_name='ID')),
                 ('job_id', models.CharField(db_index=True, max_length=32)),
                 ('node', models.CharField(blank=True, default='', max_length=255)),
                 ('attempt', models.IntegerField(default=0)),
