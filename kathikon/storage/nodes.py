@@ -64,8 +64,9 @@ def register_node(name: str, hostname: str = "", pid: int | None = None,
     """
     from kathikon.storage.rescue import rescue_jobs
 
-    queues = dict(queues) if isinstance(queues, Mapping) else {q: None for q in queues or ()}
-    fields = {"hostname": hostname, "pid": pid, "queues": queues,
+    limits: dict[str, int | None] = (
+        dict(queues) if isinstance(queues, Mapping) else dict.fromkeys(queues or ()))
+    fields = {"hostname": hostname, "pid": pid, "queues": limits,
               "status": Node.Status.RUNNING, "stopped_at": None}
     with vendor.atomic():
         updated = _nodes().filter(name=name).update(
