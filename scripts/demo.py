@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make demo`: migrate the SQLite testproject, enqueue example jobs, run them, show the result.
+"""`make demo`: migrate the SQLite testproject, enqueue example jobs, run a real worker, show them.
 
 The jobs: one that succeeds, one that fails twice then succeeds, one that
 always fails (and goes dead), one that snoozes, one scheduled for later.
@@ -36,17 +36,21 @@ def main() -> int:
         "succeeds": kathikon.insert(workers.Greet, {"name": "newcomer"}),
         "fails twice, then succeeds": kathikon.insert(workers.Flaky, {"failures": 2}),
         "always fails": kathikon.insert(workers.AlwaysFails, {"order": 1234}),
-        "snoozes once": kathikon.insert(workers.Sleepy, {}),
+        "snoozes once": kathikon.insert(workers.Sleepy, {"seconds": 0}),
         "scheduled in an hour": kathikon.insert(workers.Greet, {"name": "later"},
                                                 schedule_in=3600),
     }
     for label, job in jobs.items():
         print(f"   {job.id.hex}  {label:<28} {job.worker}")
 
-    print("== running a worker until nothing is due")
-    from scripts.demo_runner import run_until_idle
+    print("== running `manage.py kathikon_worker --burst` until nothing is due", flush=True)
+    import subprocess
 
-    run_until_idle()
+    code = subprocess.call([sys.executable, str(ROOT / "testproject" / "manage.py"),
+                            "kathikon_worker", "--burst"], cwd=str(ROOT))
+    if code:
+        print(f"   the worker exited with {code}")
+        return code
 
     print("== where every job ended up")
     print(f"   {'job':<28} {'state':<10} {'attempts':>8}  last error / result")

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from django.db import connections
 
@@ -123,15 +124,14 @@ class Acker:
 
     def _write(self, executions: list[Execution], releases: list[Ack]) -> None:
         if releases:
-            self._retrying(lambda: ack_jobs(releases), f"release of {len(releases)} job(s)")
+            self._retrying(partial(ack_jobs, releases), f"release of {len(releases)} job(s)")
         if not executions:
             return
-        failures = self._retrying(lambda: settle(executions), f"ack of {len(executions)} job(s)",
+        failures = self._retrying(partial(settle, executions), f"ack of {len(executions)} job(s)",
                                   give_up_after=3 if len(executions) > 1 else None)
         if failures is None:  # the batch keeps failing: one bad row must not block the rest
             for execution in executions:
-                self._retrying(lambda e=execution: settle([e]),
-                               f"ack of job {execution.job.id.hex}")
+                self._retrying(partial(settle, [execution]), f"ack of job {execution.job.id.hex}")
         for execution in executions:
             if execution.written:
                 self.written += 1

@@ -61,9 +61,9 @@ class Supervisor:
                 break
             except InterruptedError:  # pragma: no cover - PEP 475 retries os.wait
                 continue
-            index = self.children.pop(pid, None)
-            if index is None:
+            if pid not in self.children:
                 continue
+            index = self.children.pop(pid)
             code = os.waitstatus_to_exitcode(status)
             self._reaped(index, pid, code)
         return self._exit_code

@@ -81,6 +81,8 @@ class WorkerProcess:
         self._first_signal: float | None = None
         self._refresh_now = threading.Event()
         self._lock = threading.Lock()
+        self._started_at = time.monotonic()
+        self.completed = 0  # jobs this process completed (acked)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -173,7 +175,7 @@ class WorkerProcess:
         tick = 0.02 if self.burst else min(self.poll_interval, 1.0)
         next_refresh = time.monotonic() + self.poll_interval
         next_summary = time.monotonic() + SUMMARY_EVERY
-        started, done_at_start = time.monotonic(), self.acker.written
+        started = self._started_at
         while not self._stop.wait(tick):
             now = time.monotonic()
             if self.requested is None and (now >= next_refresh or self._refresh_now.is_set()):
@@ -185,11 +187,11 @@ class WorkerProcess:
                 return
             if self.burst:
                 if self._burst_done():
-                    self._summary(started, done_at_start, remaining=0)
+                    self._summary(started, remaining=0)
                     return
                 if now >= next_summary:
                     next_summary = now + SUMMARY_EVERY
-                    self._summary(started, done_at_start)
+                    self._summary(started)
 
     def _refresh_queues(self) -> None:
         """Pick up queues added with ``start_queue`` and concurrency overrides of Queue rows."""
@@ -226,8 +228,8 @@ class WorkerProcess:
     def _all_idle(self) -> bool:
         return self.acker.idle and all(d.idle for d in list(self.dispatchers.values()))
 
-    def _summary(self, started: float, done_at_start: int, remaining: int | None = None) -> None:
-        done = self.acker.written - done_at_start
+    def _summary(self, started: float, remaining: int | None = None) -> None:
+        done = self.acker.written
         if remaining is None:
             try:
                 remaining = count_due_jobs(list(self.dispatchers))
@@ -235,9 +237,9 @@ class WorkerProcess:
                 remaining = -1
         elapsed = max(time.monotonic() - started, 1e-9)
         running = sum(d.running for d in self.dispatchers.values())
-        logger.info("kathikon burst %s: %d done, %d running, %s remaining, %.0f jobs/s",
-                    self.node, done, running, remaining if remaining >= 0 else "?",
-                    done / elapsed)
+        logger.info("kathikon burst %s: %d runs done (%d completed), %d running, %s remaining, "
+                    "%.0f runs/s", self.node, done, self.completed, running,
+                    remaining if remaining >= 0 else "?", done / elapsed)
 
     # -- events from other threads -----------------------------------------------------------
 
@@ -259,7 +261,10 @@ class WorkerProcess:
         soon = dt.timedelta(seconds=self.poll_interval)
         now = None
         for execution in executions:
-            if not execution.written or execution.kind == "completed":
+            if execution.written and execution.kind == "completed":
+                self.completed += 1
+                continue
+            if not execution.written:
                 continue
             job = execution.job
             if execution.kind in ("failed", "discarded"):

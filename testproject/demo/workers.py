@@ -39,11 +39,11 @@ class AlwaysFails(kathikon.Worker):
 
 
 class Sleepy(kathikon.Worker):
-    """Snoozes once, then succeeds."""
+    """Snoozes once for ``{"seconds": n}`` (default 1), then succeeds."""
 
     def perform(self, job):
         if job.scheduled_at is None:  # first run: not snoozed yet
-            return kathikon.Snooze(1)
+            return kathikon.Snooze(job.args.get("seconds", 1))
         return "rested"
 
 
