@@ -47,6 +47,7 @@ from kathikon.storage.queues import (
     set_paused,
 )
 from kathikon.storage.rescue import Rescued, held_jobs, rescue_jobs
+from kathikon.storage.runtime import count_due_jobs, executing_jobs
 from kathikon.storage.vendor import alias, db_now, is_postgres
 
 # The seed's names for the same operations.
@@ -74,9 +75,10 @@ def reset() -> None:
 
 __all__ = [
     "Ack", "Rescued", "ack_jobs", "alias", "all", "all_jobs", "batches", "cancel_job", "claim",
-    "claim_job", "claim_jobs", "clear_jobs", "count_by_state", "cron", "db_now", "dead_jobs",
-    "delete", "delete_job",
-    "delete_stale_nodes", "ensure_queue", "events_for", "fetch", "fetch_job", "fetch_node",
+    "claim_job", "claim_jobs", "clear_jobs", "count_by_state", "count_due_jobs", "cron", "db_now",
+    "dead_jobs", "delete", "delete_job",
+    "delete_stale_nodes", "ensure_queue", "events_for", "executing_jobs", "fetch", "fetch_job",
+    "fetch_node",
     "heartbeat", "held_jobs", "insert", "insert_job", "insert_jobs", "is_postgres", "job_pk",
     "live_nodes", "mark_node_stopped", "mark_node_stopping", "notify", "paused_queues",
     "promote_scheduled", "prune_jobs", "queue_rows", "queues", "record_event", "record_events",
