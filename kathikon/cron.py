@@ -63,7 +63,8 @@ def insert(worker: Any, args: dict[str, Any] | None = None, *, cron: str,
     fields["next_fire_at"] = crontab.next_tick(fields["expression"], fields["timezone"],
                                                vendor.now())
     try:
-        return store.insert_schedule(**fields)
+        with vendor.atomic():  # a savepoint: a name clash leaves the caller's transaction usable
+            return store.insert_schedule(**fields)
     except IntegrityError:
         raise InvalidSchedule(f"a cron schedule named {fields['name']!r} exists already") \
             from None
@@ -92,7 +93,8 @@ def update(schedule_id: object, **changes: Any) -> CronSchedule:
         if not changed:
             return schedule
         try:
-            return store.save_schedule(schedule, **changed)
+            with vendor.atomic():
+                return store.save_schedule(schedule, **changed)
         except IntegrityError:
             raise InvalidSchedule(f"a cron schedule named {fields['name']!r} exists already") \
                 from None
@@ -253,7 +255,8 @@ def _fields(values: dict[str, Any]) -> dict[str, Any]:
     # The job options are checked the way an insert checks them (max_attempts=1
     # stands in when unset so the check never needs the global default).
     row = build_row(path, values.get("args"), {"queue": queue, "priority": priority,
-                                                "max_attempts": max_attempts or 1})
+                                                "max_attempts": 1 if max_attempts is None
+                                                else max_attempts})
     return {
         "worker": path, "args": row.args, "expression": expression, "timezone": timezone,
         "queue": queue or "", "priority": priority, "max_attempts": max_attempts, "name": name,

@@ -1,0 +1,1 @@
+"""Tests of schedule(), cron schedules and batches."""
