@@ -71,3 +71,40 @@ def mixed_jobs(db: Any) -> dict[str, Job]:
                            finished_ago=600),
         "cancelled": make_job(state=JobState.CANCELLED, finished_ago=60),
     }
+
+
+def staff_user(username: str, *codenames: str) -> Any:
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="kathikon",
+                                                        codename__in=codenames))
+    return user
+
+
+VIEW_ALL = ("view_job", "view_queue", "view_cronschedule", "view_batch", "view_node")
+
+
+@pytest.fixture
+def admin_client_op(db: Any, client: Any) -> Any:
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("root", "root@example.com", "pw")
+    client.login(username="root", password="pw")
+    return client
+
+
+@pytest.fixture
+def viewer_client(db: Any) -> Any:
+    from django.test import Client
+
+    staff_user("viewer", *VIEW_ALL)
+    client = Client()
+    client.login(username="viewer", password="pw")
+    return client
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hasher(settings: Any) -> None:
+    """Logging users in with the default PBKDF2 costs a second per test on a busy machine."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,35 @@
+"""Internal: ``{% kathikon_overview %}``, the queue summary and chart of the admin's app page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.urls import reverse
+
+from kathikon import report
+from kathikon.chart import throughput_svg
+
+register = template.Library()
+
+
+@register.inclusion_tag("admin/kathikon/overview.html", takes_context=True)
+def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if user is None or not (user.has_perm("kathikon.view_job")
+                            or user.has_perm("kathikon.view_queue")):
+        return {"allowed": False}
+    from kathikon.admin import age
+
+    queues = [{**summary.as_dict(), "executing": summary.counts["claimed"]
+               + summary.counts["running"], "oldest": age(summary.oldest_available_age)}
+              for summary in report.queue_summary()]
+    return {
+        "allowed": True,
+        "queues": queues,
+        "chart": throughput_svg(report.throughput(minutes=60)),
+        "failures": report.failure_summary(limit=10),
+        "jobs_url": reverse("admin:kathikon_job_changelist"),
+        "queues_url": reverse("admin:kathikon_queue_changelist"),
+    }

@@ -1,0 +1,258 @@
+"""The admin dashboard through django.test.Client: pages, actions, permissions, 403s."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.messages import get_messages
+from django.test import Client, override_settings
+from django.urls import reverse
+
+import kathikon
+from kathikon.models import CronSchedule, Job, Queue
+from kathikon.states import JobState
+from tests.ops.conftest import VIEW_ALL, staff_user
+
+pytestmark = pytest.mark.django_db
+CHANGELIST = "admin:kathikon_job_changelist"
+
+
+def changelist(client: Client, **params: str):
+    return client.get(reverse(CHANGELIST), params)
+
+
+def action(client: Client, url_name: str, name: str, ids, **extra):
+    data = {"action": name, "index": "0", "_selected_action": [str(pk) for pk in ids], **extra}
+    return client.post(reverse(url_name), data)
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def test_job_list_shows_columns_badges_and_estimated_count(admin_client_op, mixed_jobs):
+    response = changelist(admin_client_op)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert mixed_jobs["dead"].id.hex in html
+    assert 'class="kathikon-badge"' in html and ">dead</span>" in html
+    assert "3/3" in html  # attempts/max of the dead job
+    assert f"{len(mixed_jobs)} jobs" in html
+    for header in ("worker", "queue", "state", "priority", "attempts", "inserted",
+                   "available / scheduled", "finished"):
+        assert f">{header}<" in html.lower().replace("</a>", "<"), header
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"state": "dead"}, {"dead", "emails"}),
+    ({"queue": "emails"}, {"emails"}),
+    ({"worker": "tests.workers.Explode"}, {"dead", "retryable"}),
+    ({"worker": "tests.workers.Explode", "state": "retryable"}, {"retryable"}),
+])
+def test_job_list_filters(admin_client_op, mixed_jobs, params, expected):
+    html = changelist(admin_client_op, **params).content.decode()
+    shown = {name for name, job in mixed_jobs.items() if job.id.hex in html}
+    assert shown == expected
+
+
+def test_job_list_date_range_filter(admin_client_op, mixed_jobs):
+    Job.objects.filter(pk=mixed_jobs["dead"].pk).update(
+        inserted_at="2020-01-02T10:00:00Z", completed_at="2020-01-02T11:00:00Z")
+    html = changelist(admin_client_op, inserted_at__range__gte="2020-01-01",
+                      inserted_at__range__lte="2020-01-03").content.decode()
+    assert mixed_jobs["dead"].id.hex in html and mixed_jobs["available"].id.hex not in html
+    html = changelist(admin_client_op, completed_at__range__gte="2020-01-02",
+                      completed_at__range__lte="2020-01-02").content.decode()
+    assert mixed_jobs["dead"].id.hex in html and mixed_jobs["completed"].id.hex not in html
+
+
+def test_job_search_by_id_worker_and_args(admin_client_op, job_factory):
+    from tests import workers
+
+    needle = job_factory(worker=workers.Emails, args={"email": "ada@example.com"})
+    other = job_factory(args={"email": "bob@example.com"})
+    for term in (needle.id.hex, str(needle.id), "ada@example", "Emails"):
+        html = changelist(admin_client_op, q=term).content.decode()
+        assert needle.id.hex in html and other.id.hex not in html, term
+
+
+def test_job_detail_is_read_only_with_errors_and_history(admin_client_op, mixed_jobs):
+    job = mixed_jobs["dead"]
+    kathikon.retry(job.id)
+    Job.objects.filter(pk=job.pk).update(state="dead")
+    response = admin_client_op.get(reverse("admin:kathikon_job_change", args=[job.pk]))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Traceback (most recent call last)" in html and "boom 3" in html
+    assert "retried" in html and "inserted" in html  # history rows
+    assert 'name="_save"' not in html  # not editable
+    assert "Retry now" in html and "Rerun as a new job" in html and ">Cancel<" not in html
+
+
+def test_job_not_found_and_add_forbidden(admin_client_op):
+    assert admin_client_op.get(reverse("admin:kathikon_job_add")).status_code == 403
+    response = admin_client_op.get(reverse("admin:kathikon_job_change", args=["0" * 32]))
+    assert response.status_code == 302  # Django redirects to the list with a message
+
+
+def test_retry_action_reports_changed_and_refused(admin_client_op, mixed_jobs):
+    response = action(admin_client_op, CHANGELIST, "retry_jobs",
+                      [mixed_jobs["dead"].pk, mixed_jobs["running"].pk])
+    assert response.status_code == 302
+    texts = messages_of(response)
+    assert "Retried 1 job." in texts
+    assert any(t.startswith("Could not retry 1 job: " + mixed_jobs["running"].id.hex)
+               for t in texts)
+    assert kathikon.fetch(mixed_jobs["dead"].id).state == JobState.AVAILABLE
+
+
+def test_cancel_rerun_delete_actions(admin_client_op, mixed_jobs):
+    response = action(admin_client_op, CHANGELIST, "cancel_jobs",
+                      [mixed_jobs["available"].pk, mixed_jobs["running"].pk])
+    texts = messages_of(response)
+    assert "Cancelled 1 job." in texts and any("cannot be cancelled now" in t for t in texts)
+    response = action(admin_client_op, CHANGELIST, "rerun_jobs", [mixed_jobs["completed"].pk])
+    assert "Reran 1 job." in messages_of(response)
+    assert Job.objects.filter(meta__rerun_of=mixed_jobs["completed"].id.hex).exists()
+    response = action(admin_client_op, CHANGELIST, "delete_selected",
+                      [mixed_jobs["cancelled"].pk, mixed_jobs["running"].pk])
+    assert "Deleted 1 job." in messages_of(response)
+    assert not Job.objects.filter(pk=mixed_jobs["cancelled"].pk).exists()
+    assert Job.objects.filter(pk=mixed_jobs["running"].pk).exists()
+
+
+def test_detail_page_buttons_post_actions(admin_client_op, mixed_jobs):
+    job = mixed_jobs["dead"]
+    url = reverse("admin:kathikon_job_action", args=[job.id.hex, "retry_jobs"])
+    assert admin_client_op.get(url).status_code == 405
+    response = admin_client_op.post(url)
+    assert response.status_code == 302 and response.url == reverse(
+        "admin:kathikon_job_change", args=[job.pk])
+    assert kathikon.fetch(job.id).state == JobState.AVAILABLE
+    bogus = reverse("admin:kathikon_job_action", args=[job.id.hex, "explode"])
+    assert admin_client_op.post(bogus).status_code == 403
+
+
+def test_view_only_user_sees_no_action_and_gets_403(viewer_client, mixed_jobs):
+    response = changelist(viewer_client)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="action"' not in html and "retry_jobs" not in html
+    detail = viewer_client.get(reverse("admin:kathikon_job_change",
+                                       args=[mixed_jobs["dead"].pk])).content.decode()
+    assert "Traceback" in detail and "Retry now" not in detail
+    for name in ("retry_jobs", "cancel_jobs", "rerun_jobs", "delete_selected"):
+        forged = action(viewer_client, CHANGELIST, name, [mixed_jobs["dead"].pk])
+        assert forged.status_code == 403, name
+    url = reverse("admin:kathikon_job_action", args=[mixed_jobs["dead"].id.hex, "retry_jobs"])
+    assert viewer_client.post(url).status_code == 403
+    assert kathikon.fetch(mixed_jobs["dead"].id).state == JobState.DEAD
+    forged = action(viewer_client, "admin:kathikon_queue_changelist", "pause_queues",
+                    ["default"])
+    assert forged.status_code == 403
+    assert viewer_client.post(reverse("admin:kathikon_queue_pause_all")).status_code == 403
+    assert not Queue.objects.filter(paused=True).exists()
+
+
+def test_each_action_needs_its_own_permission(db, mixed_jobs):
+    staff_user("retrier", *VIEW_ALL, "retry_job")
+    client = Client()
+    client.login(username="retrier", password="pw")
+    html = changelist(client).content.decode()
+    assert 'value="retry_jobs"' in html and 'value="cancel_jobs"' not in html
+    assert action(client, CHANGELIST, "cancel_jobs",
+                  [mixed_jobs["available"].pk]).status_code == 403
+    response = action(client, CHANGELIST, "retry_jobs", [mixed_jobs["dead"].pk])
+    assert response.status_code == 302 and "Retried 1 job." in messages_of(response)
+
+
+@override_settings(KATHIKON={"QUEUES": {"default": {}}, "ALLOW_DESTRUCTIVE_ACTIONS": False})
+def test_destructive_switch_hides_actions_even_for_superusers(admin_client_op, mixed_jobs):
+    html = changelist(admin_client_op).content.decode()
+    assert 'value="retry_jobs"' not in html
+    assert action(admin_client_op, CHANGELIST, "retry_jobs",
+                  [mixed_jobs["dead"].pk]).status_code == 403
+    html = admin_client_op.get(reverse("admin:kathikon_queue_changelist")).content.decode()
+    assert "Pause all queues" not in html
+
+
+def test_queue_admin_counts_rows_and_actions(admin_client_op, mixed_jobs, job_factory):
+    job_factory(queue="adhoc")
+    response = admin_client_op.get(reverse("admin:kathikon_queue_changelist"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert set(Queue.objects.values_list("name", flat=True)) == {"default", "emails", "adhoc"}
+    assert ">running</span>" in html and "Pause all queues" in html
+    response = action(admin_client_op, "admin:kathikon_queue_changelist", "pause_queues",
+                      ["emails"])
+    assert "Paused 1 queue." in messages_of(response)
+    assert Queue.objects.get(name="emails").paused
+    html = admin_client_op.get(reverse("admin:kathikon_queue_changelist")).content.decode()
+    assert ">paused</span>" in html
+    response = action(admin_client_op, "admin:kathikon_queue_changelist", "resume_queues",
+                      ["emails"])
+    assert not Queue.objects.get(name="emails").paused
+    response = admin_client_op.post(reverse("admin:kathikon_queue_pause_all"))
+    assert response.status_code == 302 and Queue.objects.filter(paused=True).count() == 3
+    admin_client_op.post(reverse("admin:kathikon_queue_resume_all"))
+    assert not Queue.objects.filter(paused=True).exists()
+    assert admin_client_op.get(reverse("admin:kathikon_queue_pause_all")).status_code == 405
+
+
+def test_queue_concurrency_override_is_editable(admin_client_op):
+    admin_client_op.get(reverse("admin:kathikon_queue_changelist"))
+    url = reverse("admin:kathikon_queue_change", args=["emails"])
+    response = admin_client_op.post(url, {"concurrency": "3"})
+    assert response.status_code == 302
+    assert Queue.objects.get(name="emails").concurrency == 3
+    from kathikon import report
+
+    assert {s.name: s.concurrency for s in report.queue_summary()}["emails"] == 3
+
+
+def test_overview_page(admin_client_op, mixed_jobs):
+    response = admin_client_op.get(reverse("admin:app_list", args=["kathikon"]))
+    html = response.content.decode()
+    assert response.status_code == 200
+    row = re.search(r'<tr data-queue="default">(.*?)</tr>', html, re.S).group(1)
+    assert re.search(r'data-state="dead">\s*<a[^>]*>1</a>', row)
+    assert 'data-state="completed">2<' in row and 'data-state="available">1<' in row
+    assert 'data-completed="1"' in html and 'data-failed="2"' in html  # the SVG chart
+    assert "<svg" in html and "builtins.RuntimeError" in html  # failures table
+    index = admin_client_op.get(reverse("admin:index")).content.decode()
+    assert reverse("admin:app_list", args=["kathikon"]) in index
+
+
+def test_overview_hidden_without_view_permission(db, mixed_jobs):
+    staff_user("nodes-only", "view_node")
+    client = Client()
+    client.login(username="nodes-only", password="pw")
+    html = client.get(reverse("admin:app_list", args=["kathikon"])).content.decode()
+    assert 'id="kathikon-overview"' not in html
+
+
+def test_cron_batch_and_node_pages(admin_client_op, job_factory):
+    from django.utils import timezone
+
+    from kathikon.models import Batch, Node
+
+    now = timezone.now()
+    schedule = CronSchedule.objects.create(
+        worker="tests.workers.Succeed", expression="0 9 * * 1-5", timezone="Europe/Berlin",
+        inserted_at=now, updated_at=now, next_fire_at=now)
+    batch = Batch.objects.create(inserted_at=now, on_complete_worker="tests.workers.Succeed")
+    job_factory(batch=batch, state=JobState.COMPLETED)
+    Node.objects.create(name="host:1", hostname="host", pid=1, queues={"default": 10},
+                        started_at=now, heartbeat_at=now)
+    html = admin_client_op.get(reverse("admin:kathikon_cronschedule_changelist")).content.decode()
+    assert "at 09:00 on weekdays" in html and ">active</span>" in html
+    response = action(admin_client_op, "admin:kathikon_cronschedule_changelist",
+                      "pause_schedules", [schedule.pk])
+    assert response.status_code == 302
+    schedule.refresh_from_db()
+    assert schedule.paused
+    html = admin_client_op.get(reverse("admin:kathikon_batch_changelist")).content.decode()
+    assert batch.id.hex in html and "1 (1 / 0)" in html
+    html = admin_client_op.get(reverse("admin:kathikon_node_changelist")).content.decode()
+    assert "host:1" in html and "default:10" in html and ">running</span>" in html
