@@ -23,7 +23,8 @@ logger = logging.getLogger("kathikon.runtime")
 class Heartbeat(PeriodicService):
     """Stamp this node's ``heartbeat_at`` every ``interval`` seconds.
 
-    Options: ``interval`` (default ``HEARTBEAT_INTERVAL``), ``rescue_after``
+    Options: ``interval`` (default ``HEARTBEAT_INTERVAL``; also the longest wait
+    after a failure), ``rescue_after``
     (default ``RESCUE_AFTER``, for the late-heartbeat warning), ``hostname``,
     ``pid`` and ``queues`` (to re-create a missing node row), ``clock`` (tests:
     stamp this time instead of the database clock).
@@ -35,6 +36,10 @@ class Heartbeat(PeriodicService):
                  pid: int | None = None, queues: Mapping[str, int] | None = None,
                  **options: Any) -> None:
         super().__init__(node, **options)
+        if "max_backoff" not in options:
+            # No long back-off: once the database is back, beat at once (the lifelines
+            # elsewhere hold back two intervals after an outage, counting on that).
+            self.max_backoff = self.interval
         self.rescue_after = conf.rescue_after() if rescue_after is None else rescue_after
         self.hostname, self.pid, self.queues = hostname, pid, dict(queues or {})
         self._last_beat: float | None = None

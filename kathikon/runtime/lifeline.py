@@ -17,6 +17,7 @@ Signals: ``job_rescued(sender=worker class, job, node=<vanished node>, state)``.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from kathikon import conf, storage
@@ -29,24 +30,37 @@ class Lifeline(PeriodicService):
 
     Options: ``interval`` (default ``HEARTBEAT_INTERVAL``), ``rescue_after``
     (default ``RESCUE_AFTER``), ``limit`` (jobs per transaction, 500), ``clock``
-    (default: the database's clock; tests inject their own).
+    (default: the database's clock; tests inject their own), ``settle_after``
+    (default two heartbeat intervals: how long to hold back after start and after
+    the database was unreachable, so live nodes can heartbeat first).
     """
 
     name = "lifeline"
 
     def __init__(self, node: str, *, rescue_after: float | None = None, limit: int = 500,
-                 **options: Any) -> None:
+                 settle_after: float | None = None, **options: Any) -> None:
+        self.settle_after = (2 * conf.heartbeat_interval() if settle_after is None
+                             else settle_after)
+        options.setdefault("initial_delay", self.settle_after)
         super().__init__(node, **options)
         if not self.clock_injected:
             self.clock = storage.db_now
         self.rescue_after = conf.rescue_after() if rescue_after is None else rescue_after
         self.limit = limit
+        self._quiet_until = 0.0
 
     def default_interval(self) -> float:
         return conf.heartbeat_interval()
 
     def run_once(self) -> list[Rescued]:
         """Rescue every job due for rescue now; returns them."""
+        if self.failures:
+            # The database was unreachable: so was everybody's heartbeat. Give live nodes
+            # time to write one before judging them, or we would rescue the whole fleet.
+            self._quiet_until = time.monotonic() + self.settle_after
+        if time.monotonic() < self._quiet_until:
+            self.now()  # still notice if the database goes away again
+            return []
         now = self.now()
         cutoff = now - dt.timedelta(seconds=self.rescue_after)
         rescued: list[Rescued] = []

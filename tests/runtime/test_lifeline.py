@@ -254,3 +254,28 @@ def test_concurrent_lifelines_rescue_each_job_once(concurrent_db: None):
     assert set(rescued) == {job.id for job in jobs}
     assert JobEvent.objects.filter(kind="rescued").count() == total
     assert all(len(job.errors) == 1 for job in Job.objects.all())
+
+
+@pytest.mark.django_db
+def test_after_a_database_outage_the_lifeline_lets_live_nodes_heartbeat_first(clock: Clock):
+    node("everybody", clock, silent_for=3600)  # nobody could heartbeat during the outage
+    (job,) = held("everybody")
+    lifeline = Lifeline("rescuer", clock=clock, rescue_after=RESCUE_AFTER, settle_after=30)
+    lifeline.failures = 1  # the previous run failed: the database was unreachable
+    assert lifeline.run_once() == []
+    lifeline.failures = 0
+    assert lifeline.run_once() == []  # still settling
+    lifeline._quiet_until = 0.0  # the settling time has passed; the node never came back
+    assert [r.job.id for r in lifeline.run_once()] == [job.id]
+
+
+def test_the_lifeline_starts_after_the_settling_time_and_heartbeats_never_back_off_long(
+        settings: Any):
+    settings.KATHIKON = {**settings.KATHIKON, "HEARTBEAT_INTERVAL": 2}
+    from kathikon.runtime.heartbeat import Heartbeat
+
+    assert Lifeline("n").initial_delay == 4 == Lifeline("n").settle_after
+    assert Lifeline("n", initial_delay=0).initial_delay == 0
+    heartbeat = Heartbeat("n")
+    heartbeat.failures = 10
+    assert heartbeat._next_delay() == 2
