@@ -1,0 +1,239 @@
+"""In-process tests of the worker runtime: acker, dispatcher, listener, worker process, command."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.core.management.base import CommandError
+from django.db import OperationalError
+
+import kathikon
+from kathikon import storage
+from kathikon.executor import run_job, settle
+from kathikon.management.commands.kathikon_worker import parse_queues
+from kathikon.models import Job, Node
+from kathikon.runtime import acker as acker_module
+from kathikon.runtime.acker import Acker
+from kathikon.runtime.dispatcher import Dispatcher
+from kathikon.runtime.worker import WorkerProcess
+from tests import workers
+
+from .conftest import wait_until
+
+NODE = "unit-node"
+
+
+def claim_all(queue: str = "default", limit: int = 100) -> list[Job]:
+    return storage.claim_jobs(queue, limit, NODE)
+
+
+# -- the command's options ------------------------------------------------------------------
+
+def test_worker_parse_queues():
+    assert parse_queues(None) is None
+    assert parse_queues("emails:5,default") == {"emails": 5, "default": None}
+    assert parse_queues(" a , b:2 ") == {"a": None, "b": 2}
+    for bad in ("", "emails:0", "emails:x", "bad name", ","):
+        with pytest.raises(CommandError):
+            parse_queues(bad)
+
+
+# -- the acker ------------------------------------------------------------------------------
+
+def test_worker_acker_writes_a_burst_of_completions_in_few_batches(transactional_db, monkeypatch):
+    kathikon.insert_many([(workers.Succeed, {"n": i}) for i in range(30)])
+    executions = [run_job(job) for job in claim_all()]
+    batches: list[int] = []
+    first_call = threading.Event()
+    release = threading.Event()
+
+    def recording_settle(batch):
+        batches.append(len(batch))
+        first_call.set()
+        release.wait(5)  # hold the first write until every execution was handed over
+        return settle(batch)
+
+    monkeypatch.setattr(acker_module, "settle", recording_settle)
+    acker = Acker().start()
+    acker.add(executions[0])
+    assert first_call.wait(5)
+    for execution in executions[1:]:
+        acker.add(execution)
+    release.set()
+    assert acker.flush(10)
+    assert acker.stop(5)
+    assert batches == [1, 29]
+    assert acker.written == 30 and acker.fenced == 0
+    assert storage.count_by_state()["completed"] == 30
+
+
+def test_worker_acker_retries_a_failed_write_until_it_succeeds(transactional_db, monkeypatch):
+    kathikon.insert(workers.Succeed, {})
+    (execution,) = [run_job(job) for job in claim_all()]
+    calls = []
+
+    def flaky_settle(batch):
+        calls.append(len(batch))
+        if len(calls) <= 2:
+            raise OperationalError("server closed the connection unexpectedly")
+        return settle(batch)
+
+    monkeypatch.setattr(acker_module, "settle", flaky_settle)
+    acker = Acker(max_backoff=0.05).start()
+    acker.add(execution)
+    assert acker.flush(10)
+    acker.stop(5)
+    assert len(calls) == 3 and acker.failures == 2 and acker.written == 1
+    assert kathikon.fetch(execution.job.id).state == "completed"
+
+
+def test_worker_acker_fenced_ack_changes_nothing(transactional_db):
+    job = kathikon.insert(workers.Succeed, {})
+    (claimed,) = claim_all()
+    execution = run_job(claimed)
+    Job.objects.filter(id=job.id).update(state="retryable", lease=claimed.lease + 1)  # rescued
+    acker = Acker().start()
+    acker.add(execution)
+    assert acker.stop(5)
+    assert acker.fenced == 1 and acker.written == 0
+    assert kathikon.fetch(job.id).state == "retryable"
+
+
+def test_worker_settle_of_many_completions_is_one_statement_on_postgres(
+        transactional_db, postgres_only):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    kathikon.insert_many([(workers.ReturnsNothing, {}) for _ in range(25)])
+    executions = [run_job(job) for job in claim_all()]
+    with CaptureQueriesContext(connection) as captured:
+        settle(executions)
+    statements = [q["sql"] for q in captured.captured_queries
+                  if q["sql"] not in ("BEGIN", "COMMIT")]
+    assert len(statements) == 1, statements
+    assert storage.count_by_state()["completed"] == 25
+
+
+# -- the dispatcher -------------------------------------------------------------------------
+
+def test_worker_dispatcher_runs_jobs_up_to_its_concurrency(transactional_db):
+    kathikon.insert_many([(workers.Succeed, {"n": i}) for i in range(40)])
+    acker = Acker().start()
+    dispatcher = Dispatcher("default", 4, NODE, acker, poll_interval=0.1).start()
+    try:
+        wait_until(lambda: dispatcher.finished == 40, 10, message="40 jobs run")
+        assert acker.flush(5)
+        assert storage.count_by_state()["completed"] == 40
+        assert dispatcher.claimed == 40
+    finally:
+        dispatcher.stop_claiming()
+        dispatcher.join(5)
+        dispatcher.close()
+        acker.stop(5)
+
+
+def test_worker_dispatcher_times_out_a_sync_job_and_replaces_its_thread(transactional_db):
+    hangs = kathikon.insert("testproject.demo.workers.Hangs", {"seconds": 1.5})
+    acker = Acker().start()
+    dispatcher = Dispatcher("default", 1, NODE, acker, poll_interval=0.1).start()
+    try:
+        wait_until(lambda: dispatcher.timed_out == 1, 5, message="the timeout")
+        after = kathikon.insert(workers.Succeed, {})  # the one slot is free again
+        dispatcher.wake()
+        wait_until(lambda: kathikon.fetch(after.id).state == "completed", 5,
+                   message="the next job ran on the freed slot")
+        assert acker.flush(5)
+        job = kathikon.fetch(hangs.id)
+        assert job.state in ("retryable", "running", "dead")  # retried at once (backoff 0)
+        assert job.errors[0]["kind"] == "kathikon.executor.JobTimeout"
+    finally:
+        dispatcher.stop_claiming()
+        dispatcher.join(5)
+        for job in dispatcher.abandon_running():
+            acker.release([storage.Ack(job, "available", restore_attempt=True)])
+        dispatcher.close()
+        acker.stop(5)
+
+
+def test_worker_dispatcher_releases_orphans_of_a_lost_claim(transactional_db):
+    job = kathikon.insert(workers.Succeed, {})
+    (lost,) = claim_all()  # committed, but the dispatcher never saw the reply
+    acker = Acker().start()
+    dispatcher = Dispatcher("default", 2, NODE, acker, poll_interval=0.1)
+    dispatcher._recover_orphans()
+    assert acker.flush(5)
+    released = kathikon.fetch(job.id)
+    assert (released.state, released.attempts) == ("available", 0)
+    assert lost.id == job.id
+    acker.stop(5)
+
+
+# -- the listener ---------------------------------------------------------------------------
+
+def test_worker_listener_wakes_on_notify(transactional_db, postgres_only):
+    from kathikon.runtime.listener import Listener
+
+    events: list[tuple[str, str]] = []
+    got = threading.Event()
+    connects = threading.Event()
+
+    def on_event(event: str, queue: str) -> None:
+        events.append((event, queue))
+        got.set()
+
+    listener = Listener(storage.alias(), on_event, connects.set).start()
+    try:
+        assert connects.wait(5)
+        kathikon.insert(workers.Succeed, {}, queue="mail")
+        assert got.wait(5)
+        assert ("available", "mail") in events
+    finally:
+        listener.stop()
+        assert listener.join(5)
+
+
+# -- the worker process ---------------------------------------------------------------------
+
+def run_in_thread(process: WorkerProcess) -> threading.Thread:
+    thread = threading.Thread(target=process.run, daemon=True)
+    thread.start()
+    assert process.started.wait(10)
+    return thread
+
+
+def test_worker_process_burst_in_process(transactional_db):
+    kathikon.insert_many([(workers.Succeed, {"n": i}) for i in range(25)])
+    kathikon.insert(workers.Emails, {})
+    process = WorkerProcess(node=NODE, burst=True, handle_signals=False, services=(),
+                            poll_interval=0.1)
+    assert process.run() == 0
+    assert storage.count_by_state()["completed"] == 26
+    assert process.completed == 26
+    assert Node.objects.get(name=NODE).status == "stopped"
+
+
+def test_worker_process_picks_up_started_queues(transactional_db):
+    process = WorkerProcess(node=NODE, handle_signals=False, services=(), poll_interval=0.1)
+    thread = run_in_thread(process)
+    try:
+        kathikon.start_queue("reports")
+        job = kathikon.insert(workers.Succeed, {}, queue="reports")
+        wait_until(lambda: kathikon.fetch(job.id).state == "completed", 10,
+                   message="the job of the new queue ran")
+        assert "reports" in process.dispatchers
+    finally:
+        process.stop()
+        thread.join(10)
+
+
+def test_worker_process_subset_and_row_concurrency(transactional_db):
+    storage.ensure_queue("emails")
+    from kathikon.models import Queue
+
+    Queue.objects.filter(name="emails").update(concurrency=3)
+    process = WorkerProcess(node=NODE, queues={"emails": None, "bulk": 7},
+                            handle_signals=False, services=())
+    assert process._queue_limits(storage.queue_rows()) == {"emails": 3, "bulk": 7}
+    everything = WorkerProcess(node=NODE, handle_signals=False, services=())
+    assert everything._queue_limits(storage.queue_rows()) == {"default": 10, "emails": 3}
