@@ -14,6 +14,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -22,19 +23,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+# A fence may be indented (inside a list item); its body is dedented.
+FENCE = re.compile(r"^([ \t]*)```python[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
 PAGES = sorted(DOCS.glob("*.md"))
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
     """(line number, source) of each ```python block."""
-    return [(text.count("\n", 0, match.start()) + 2, match.group(1))
+    return [(text.count("\n", 0, match.start()) + 2, textwrap.dedent(match.group(2)))
             for match in FENCE.finditer(text)]
 
 
 def test_block_extraction():
-    text = "x\n```python\na = 1\n```\n```sh\nls\n```\n```python\nb = 2\n```\n"
-    assert python_blocks(text) == [(3, "a = 1\n"), (9, "b = 2\n")]
+    text = "x\n```python\na = 1\n```\n```sh\nls\n```\n1. item\n\n   ```python\n   b = 2\n   ```\n"
+    assert python_blocks(text) == [(3, "a = 1\n"), (11, "b = 2\n")]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])
