@@ -77,10 +77,13 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    from importlib import import_module
+
+    if name == "cron":  # the public submodule (kathikon.cron.insert, …), loaded on first use
+        return import_module("kathikon.cron")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kathikon' has no attribute {name!r}")
-    from importlib import import_module
 
     value = getattr(import_module(module), name)
     globals()[name] = value
@@ -94,6 +97,6 @@ __all__ = [
     "__version__", "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch",
     "ahistory", "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue",
     "aretry", "aschedule", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim",
-    "claim_available", "dead_jobs", "fetch", "history", "insert", "insert_many", "pause_queue",
-    "rerun", "resume_queue", "retry", "schedule", "start_queue", "status",
+    "claim_available", "cron", "dead_jobs", "fetch", "history", "insert", "insert_many",
+    "pause_queue", "rerun", "resume_queue", "retry", "schedule", "start_queue", "status",
 ]
