@@ -51,3 +51,14 @@ def drain(queue: str = "default", limit: int = 10_000) -> int:
 @pytest.fixture
 def run_queue() -> Any:
     return drain
+
+
+# Whole-process tests reuse the runtime's fixture (real ``kathikon_worker`` processes, killed
+# at teardown, logs printed on failure).
+from tests.runtime.conftest import (  # noqa: E402
+    pytest_runtest_makereport,
+    wait_until,
+    worker_processes,
+)
+
+__all__ = ["Clock", "drain", "pytest_runtest_makereport", "wait_until", "worker_processes"]
