@@ -73,6 +73,10 @@ class Acker:
                     | self._in_flight)
 
     @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def idle(self) -> bool:
         with self._lock:
             return not (self._executions or self._releases or self._in_flight)

@@ -114,6 +114,10 @@ class Dispatcher:
                 self._cond.notify_all()
 
     @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def running(self) -> int:
         with self._cond:
             return len(self._slots)

@@ -83,11 +83,12 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self._started_at = time.monotonic()
         self.completed = 0  # jobs this process completed (acked)
+        self.exit_code = 0
 
     # -- public ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; returns the exit code (0)."""
+        """Run until stopped; returns the exit code (0, or 1 after an internal failure)."""
         if self.handle_signals:
             self._install_signal_handlers()
         try:
@@ -96,7 +97,7 @@ class WorkerProcess:
             self._main_loop()
         finally:
             self._shutdown()
-        return 0
+        return self.exit_code
 
     def stop(self) -> None:
         """Ask for a graceful shutdown (what SIGTERM does)."""
@@ -182,6 +183,9 @@ class WorkerProcess:
                 self._refresh_now.clear()
                 next_refresh = now + self.poll_interval
                 self._refresh_queues()
+            if not self._healthy():
+                self.exit_code = 1
+                return
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 logger.warning("kathikon: supervisor %s is gone; stopping", self.parent_pid)
                 return
@@ -192,6 +196,16 @@ class WorkerProcess:
                 if now >= next_summary:
                     next_summary = now + SUMMARY_EVERY
                     self._summary(started)
+
+    def _healthy(self) -> bool:
+        """A dispatcher or acker thread that died is a bug: exit non-zero rather than idle."""
+        dead = [name for name, d in list(self.dispatchers.items()) if not d.alive]
+        if not self.acker.alive:
+            dead.append("acker")
+        if dead:
+            logger.error("kathikon worker %s: internal thread(s) died (%s); exiting so the "
+                         "supervisor restarts the process", self.node, ", ".join(dead))
+        return not dead
 
     def _refresh_queues(self) -> None:
         """Pick up queues added with ``start_queue`` and concurrency overrides of Queue rows."""
@@ -229,7 +243,7 @@ class WorkerProcess:
         return self.acker.idle and all(d.idle for d in list(self.dispatchers.values()))
 
     def _summary(self, started: float, remaining: int | None = None) -> None:
-        done = self.acker.written
+        completed, done = self.completed, self.acker.written
         if remaining is None:
             try:
                 remaining = count_due_jobs(list(self.dispatchers))
@@ -238,7 +252,7 @@ class WorkerProcess:
         elapsed = max(time.monotonic() - started, 1e-9)
         running = sum(d.running for d in self.dispatchers.values())
         logger.info("kathikon burst %s: %d runs done (%d completed), %d running, %s remaining, "
-                    "%.0f runs/s", self.node, done, self.completed, running,
+                    "%.0f runs/s", self.node, done, completed, running,
                     remaining if remaining >= 0 else "?", done / elapsed)
 
     # -- events from other threads -----------------------------------------------------------

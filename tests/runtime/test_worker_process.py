@@ -180,3 +180,39 @@ def test_worker_survives_pg_terminate_backend(worker_processes, postgres_only):
     worker.signal(signal.SIGTERM)
     assert worker.wait(10) == 0, worker.log()
     assert "retrying" in worker.log() or "LISTEN connection lost" in worker.log()
+
+
+def test_worker_supervisor_restarts_a_dead_child_and_forwards_sigterm(worker_processes):
+    import os
+    import re
+
+    supervisor = worker_processes.start("--processes", "2", "--node", "sup", settings=FAST)
+    wait_until(lambda: len(re.findall(r"started worker \d \(pid (\d+)\)", supervisor.log())) == 2,
+               15, message="two children")
+    first = [int(pid) for pid in re.findall(r"started worker \d \(pid (\d+)\)", supervisor.log())]
+    wait_until(lambda: Node.objects.filter(name__in=["sup-1", "sup-2"]).count() == 2, 15,
+               message="two node rows")
+    os.kill(first[0], signal.SIGKILL)
+    wait_until(lambda: "restarting" in supervisor.log(), 10, message="the restart")
+    wait_until(lambda: len(re.findall(r"started worker \d", supervisor.log())) == 3, 15,
+               message="the replacement child")
+    job = kathikon.insert(RECORD, {})
+    wait_until(lambda: kathikon.fetch(job.id).state == "completed", 10, message="a job runs")
+    supervisor.signal(signal.SIGTERM)  # the supervisor only; it forwards to the children
+    assert supervisor.wait(15) == 0, supervisor.log()
+    assert supervisor.log().count("stopped") >= 2
+    assert set(Node.objects.values_list("status", flat=True)) == {"stopped"}
+
+
+def test_worker_second_signal_exits_at_once(worker_processes):
+    job = kathikon.insert(SLOW, {"seconds": 30})
+    worker = worker_processes.start("--node", "impatient",
+                                    settings={**FAST, "SHUTDOWN_GRACE_PERIOD": 60})
+    wait_until(lambda: kathikon.fetch(job.id).state == "running", 15, message="job running")
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_log("shutting down")
+    time.sleep(1.2)  # a second signal this soon after the first counts as a duplicate
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(5) == 1
+    assert kathikon.fetch(job.id).state == "running"  # left for the lifeline to rescue
+    assert "exiting now" in worker.log()
