@@ -68,4 +68,14 @@ class Lifeline(PeriodicService):
             batch = storage.rescue_jobs(cutoff, rescuer=self.node, now=now, limit=self.limit)
             rescued.extend(batch)
             if len(batch) < self.limit or self.stopping:
+                _check_batches(rescued)
                 return rescued
+
+
+def _check_batches(rescued: list[Rescued]) -> None:
+    """A child rescued straight to ``dead`` may have been the last one its batch waited for."""
+    finished = {r.job.batch_id for r in rescued if r.state == "dead" and r.job.batch_id}
+    if finished:
+        from kathikon.batch import children_finished
+
+        children_finished(finished)
