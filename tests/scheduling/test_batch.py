@@ -332,3 +332,16 @@ def test_ordinary_jobs_pay_nothing_and_children_one_query(django_assert_max_num_
     Batch.append(batch.id, [(SUCCEED, {})])
     child = settle_queries(django_assert_max_num_queries, kathikon.claim_available())
     assert child == plain + 1
+
+
+def test_a_child_rescued_to_dead_by_the_lifeline_completes_the_batch():
+    from kathikon import storage
+    from kathikon.runtime.lifeline import Lifeline
+
+    batch = Batch.start(None, [(SUCCEED, {}, {"max_attempts": 1})], on_complete=(SUCCEED, {}))
+    storage.register_node("ghost", "elsewhere", 1, {"default": 1})
+    assert kathikon.claim_available(node="ghost").batch_id.hex == batch.id
+    storage.mark_node_stopped("ghost")  # it exited holding the child, out of attempts
+    [rescued] = Lifeline("rescuer", rescue_after=60, settle_after=0).run_once()
+    assert rescued.state == "dead"
+    assert callbacks()[0].args["dead"] == 1
