@@ -17,6 +17,7 @@ import sys
 import textwrap
 import types
 from pathlib import Path
+from typing import Any
 
 import django
 import pytest
@@ -50,6 +51,7 @@ def test_page_samples_run(page: Path, db: object) -> None:
     module.__file__ = str(page)
     module.BASE_DIR = Path("/srv/project")  # type: ignore[attr-defined]
     sys.modules[name] = module
+    saved = {signal: list(signal.receivers) for signal in _signals()}
     try:
         for line, source in blocks:
             if django.VERSION < (6, 0):
@@ -63,11 +65,26 @@ def test_page_samples_run(page: Path, db: object) -> None:
                 raise AssertionError(f"{page.name}, block at line {line} failed: "
                                      f"{type(exc).__name__}: {exc}") from exc
     finally:
+        from kathikon import telemetry
+
+        telemetry.detach_default_logger()
+        for signal, receivers in saved.items():  # receivers a page connected stay on the page
+            signal.receivers[:] = receivers
+            signal.sender_receivers_cache.clear()
         sys.modules.pop(name, None)
         from kathikon import jobspec
 
         for path in [path for path in jobspec._worker_cache if path.startswith(name + ".")]:
             del jobspec._worker_cache[path]
+
+
+def _signals() -> list[Any]:
+    from kathikon import compat, signals
+
+    found = list(signals.ALL_SIGNALS.values())
+    if compat.AVAILABLE:
+        found += [compat.task_enqueued, compat.task_started, compat.task_finished]
+    return found
 
 
 def test_mkdocs_builds_strict(tmp_path: Path) -> None:
