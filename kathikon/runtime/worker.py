@@ -179,7 +179,7 @@ class WorkerProcess:
         started = self._started_at
         while not self._stop.wait(tick):
             now = time.monotonic()
-            if self.requested is None and (now >= next_refresh or self._refresh_now.is_set()):
+            if now >= next_refresh or self._refresh_now.is_set():
                 self._refresh_now.clear()
                 next_refresh = now + self.poll_interval
                 self._refresh_queues()
