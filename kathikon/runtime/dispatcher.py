@@ -308,7 +308,12 @@ class Dispatcher:
                 slot = self._begin(job)
                 if slot is None:
                     continue
-                execution = run_job(job)
+                try:
+                    execution = run_job(job)
+                except BaseException as exc:  # SystemExit from perform, or a bug: not a thread
+                    logger.exception("kathikon: running job %s escaped the executor", job.id.hex)
+                    error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                    execution = fail_job(job, error, duration=time.monotonic() - slot.started)
                 with self._cond:
                     if slot.abandoned:
                         return  # timed out or shut down: replaced, the outcome is not ours

@@ -108,3 +108,14 @@ class Hangs(kathikon.Worker):
 
         time.sleep(job.args.get("seconds", 3))
         return "finished late"
+
+
+class Exits(kathikon.Worker):
+    """Calls ``sys.exit()``: the worker must survive it."""
+
+    max_attempts = 1
+
+    def perform(self, job):
+        import sys
+
+        sys.exit(3)

@@ -237,3 +237,13 @@ def test_worker_process_subset_and_row_concurrency(transactional_db):
     assert process._queue_limits(storage.queue_rows()) == {"emails": 3, "bulk": 7}
     everything = WorkerProcess(node=NODE, handle_signals=False, services=())
     assert everything._queue_limits(storage.queue_rows()) == {"default": 10, "emails": 3}
+
+
+def test_worker_process_survives_a_job_calling_sys_exit(transactional_db):
+    exits = kathikon.insert("testproject.demo.workers.Exits", {})
+    fine = kathikon.insert(workers.Succeed, {})
+    process = WorkerProcess(node=NODE, queues={"default": 1}, burst=True, handle_signals=False,
+                            services=(), poll_interval=0.1)
+    assert process.run() == 0
+    assert kathikon.fetch(exits.id).state == "dead"
+    assert kathikon.fetch(fine.id).state == "completed"
