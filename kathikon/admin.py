@@ -215,6 +215,16 @@ class JobAdmin(ActionsMixin, admin.ModelAdmin):
     def has_rerun_permission(self, request: HttpRequest) -> bool:
         return self.destructive() and request.user.has_perm("kathikon.rerun_job")
 
+    def get_ordering(self, request: HttpRequest) -> list[str]:
+        # With a date range on inserted_at/completed_at, walk that column's index (newest
+        # first) instead of the primary key: PostgreSQL would otherwise scan ids backwards
+        # through every newer job to find the range.
+        for column in ("completed_at", "inserted_at"):
+            if any(key.startswith(f"{column}__range") and value
+                   for key, value in request.GET.items()):
+                return [f"-{column}", "-id"]
+        return ["-id"]
+
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
                            search_term: str) -> tuple[QuerySet[Job], bool]:
         term = search_term.strip()

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kathikon import conf
-from kathikon.states import CLAIMABLE_STATES, JobState
+from kathikon.states import JobState
 from kathikon.storage import queues as queue_storage
 from kathikon.storage import reports, vendor
 
@@ -80,21 +80,22 @@ class ThroughputPoint:
 def queue_summary(now: dt.datetime | None = None) -> list[QueueSummary]:
     """Every queue (configured, paused/overridden in the database, or holding jobs), by name.
 
-    Three queries: the queue rows, one GROUP BY (queue, state) over the jobs and
-    one over the last hour's finished jobs.
+    Three queries: the queue rows, one GROUP BY (queue, state) over the jobs (an
+    index-only scan) and one for the oldest waiting and recently finished jobs.
     """
     now = now or vendor.now()
     rows = queue_storage.queue_rows()
     configured = conf.queues()
     counts: dict[str, dict[str, int]] = {}
-    oldest: dict[str, dt.datetime] = {}
     for row in reports.queue_state_counts():
         counts.setdefault(row["queue"], {})[row["state"]] = row["count"]
-        at = row["oldest_available_at"]
-        if row["state"] in CLAIMABLE_STATES and at is not None and at <= now:
-            oldest[row["queue"]] = min(at, oldest.get(row["queue"], at))
-    finished: dict[tuple[str, str], dict[str, int]] = {
-        (row["queue"], row["state"]): row for row in reports.finished_counts(now)}
+    oldest: dict[str, dt.datetime] = {}
+    finished: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in reports.queue_activity(now):
+        if row["state"] is None:
+            oldest[row["queue"]] = row["oldest_available_at"]
+        else:
+            finished[(row["queue"], row["state"])] = row
     names = sorted(set(configured) | set(rows) | set(counts))
     summaries = []
     for name in names:
