@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from django.conf import settings
@@ -40,3 +41,26 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
                          hint="Fix or remove the entry; see docs/cron.md. Workers skip it.",
                          id="kathikon.E013")
             for index, message in static_problems(entries)]
+
+
+def _register_tasks_checks() -> None:
+    """When ``TASKS`` uses Kathikon's backend, load the Tasks framework's check.
+
+    Django runs ``backend.check()`` (``kathikon.E101``, ``E102``, ``W101``) only
+    once ``django.tasks`` (or the backport's checks) has been imported.
+    """
+    ours = "kathikon.backends.KathikonBackend"
+    tasks = getattr(settings, "TASKS", None)
+    if not isinstance(tasks, dict) or not any(
+            isinstance(params, dict) and params.get("BACKEND") == ours
+            for params in tasks.values()):
+        return
+    try:
+        import django.tasks  # noqa: F401  (registers django.tasks.checks)
+    except ImportError:
+        # Without the backport kathikon.backends raises a clear ImportError when used.
+        with contextlib.suppress(ImportError):
+            import django_tasks.checks  # noqa: F401
+
+
+_register_tasks_checks()
