@@ -155,7 +155,8 @@ class KathikonBackend(compat.BaseTaskBackend):
             if problem:
                 found.append(checks.Error(f"TASKS[{self.alias!r}] {label}: {problem}",
                                           hint="See docs/tasks-backend.md.", id="kathikon.E102"))
-        served = set(conf.queue_names())
+        queues = conf.load().values["QUEUES"]  # load(): bad settings are E003's business
+        served = set(queues) if isinstance(queues, dict) else set()
         for queue in sorted(self.queues - served):
             found.append(checks.Warning(
                 f"TASKS[{self.alias!r}] queue {queue!r} is not in KATHIKON['QUEUES'], so "
