@@ -190,7 +190,7 @@ def hold_parents(executions: Sequence[Execution]) -> set[uuid.UUID]:
     kept: set[uuid.UUID] = set()
     for execution in executions:
         job = execution.job
-        if held.pop(job.id, None) is None or execution.kind != "completed":
+        if not held.pop(job.id, None) or execution.kind != "completed":
             continue
         if store.hold_parent(job, execution.ack.result):
             kept.add(job.id)
@@ -254,10 +254,9 @@ def _close(row: BatchRow) -> _Completed | None:
     now = vendor.now()
     if row.status == BatchRow.Status.OPEN:
         store.close_batch(row, now)
-        if row.parent_job_id in held:
-            held[row.parent_job_id].discard(row.id)
-            if not held[row.parent_job_id]:
-                held.pop(row.parent_job_id, None)
+        waiting = held.get(row.parent_job_id) if row.parent_job_id else None
+        if waiting is not None:  # the parent is performing here: it need not wait for this one
+            waiting.discard(row.id)
     parent = None
     if row.parent_job_id is not None:
         parent = store.complete_held_parent(row.parent_job_id, now)

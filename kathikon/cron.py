@@ -85,7 +85,8 @@ def update(schedule_id: object, **changes: Any) -> CronSchedule:
         fields = _fields({**current, **changes})
         if (fields["expression"] != schedule.expression
                 or fields["timezone"] != schedule.timezone
-                or (schedule.paused and not fields["paused"])):
+                or (schedule.paused and not fields["paused"])
+                or schedule.next_fire_at is None):
             fields["next_fire_at"] = crontab.next_tick(
                 fields["expression"], fields["timezone"], vendor.now())
         changed = {key: value for key, value in fields.items()
