@@ -154,11 +154,12 @@ def latest_tick(expression: str, tz: str | dt.tzinfo, since: dt.datetime,
     if since > now:
         return None, 0
     latest, count = since, 1
-    day = dt.timedelta(days=1)
-    if now - since > 2 * day:
-        recent = next_tick(expression, tz, now - day)
-        if recent <= now:  # a frequent schedule: only the last day can hold the latest tick
-            latest, count = recent, 2
+    for window in (dt.timedelta(hours=1), dt.timedelta(days=1)):
+        if now - since > 2 * window:
+            recent = next_tick(expression, tz, now - window)
+            if recent <= now:  # a frequent schedule: the latest tick is in the last window
+                latest, count = recent, 2
+                break
     while True:
         following = next_tick(expression, tz, latest)
         if following > now:
