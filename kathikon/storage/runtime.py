@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kathikon.models import Job, Queue
+from django.db.models import Exists, OuterRef
+
+from kathikon.models import Batch, Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
 
 
 def executing_jobs(node: str, queue: str) -> list[Job]:
-    """Jobs of ``queue`` claimed or running under ``node`` (to find claims whose reply was lost)."""
+    """Jobs of ``queue`` claimed or running under ``node`` (to find claims whose reply was lost).
+
+    Parents of an open batch are left out: they stay ``running`` after ``perform``
+    returned, until the batch is closed (see kathikon.batch), and are nobody's orphans.
+    """
+    open_batch = Batch.objects.using(vendor.alias()).filter(
+        parent_job_id=OuterRef("id"), status=Batch.Status.OPEN)
     return list(Job.objects.using(vendor.alias()).filter(
-        queue=queue, attempted_by=node, state__in=EXECUTING_STATES).order_by())
+        queue=queue, attempted_by=node, state__in=EXECUTING_STATES)
+        .exclude(Exists(open_batch)).order_by())
 
 
 def count_due_jobs(queues: Iterable[str]) -> int:
