@@ -345,3 +345,13 @@ def test_a_child_rescued_to_dead_by_the_lifeline_completes_the_batch():
     [rescued] = Lifeline("rescuer", rescue_after=60, settle_after=0).run_once()
     assert rescued.state == "dead"
     assert callbacks()[0].args["dead"] == 1
+
+
+def test_a_held_parent_is_not_taken_for_an_orphaned_claim():
+    from kathikon.storage import executing_jobs
+
+    parent = run_parent(PARENT, children=1)
+    assert parent.state == "running"
+    assert executing_jobs(parent.attempted_by, "parents") == []
+    Batch.close(BatchRow.objects.get().id)
+    assert kathikon.fetch(parent.id).state == "completed"
