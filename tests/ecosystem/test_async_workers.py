@@ -37,7 +37,7 @@ def test_async_timeout_fails_the_attempt_and_follows_the_retry_policy(db, insert
     job = insert_job(workers.AsyncSlow)
     started = time.monotonic()
     assert drain_queue() == DrainResult(failed=1)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 5
     job = kathikon.fetch(job.id)
     assert (job.state, job.errors[0]["kind"]) == ("retryable", "kathikon.executor.JobTimeout")
     assert drain_queue(with_scheduled=True) == DrainResult(failed=1)
@@ -87,7 +87,7 @@ def test_many_async_jobs_run_concurrently_in_one_process(db, insert_job):
         thread.join(20)
     elapsed = time.monotonic() - started
     assert [execution.kind for execution in results] == ["completed"] * 30
-    assert elapsed < 5, f"30 jobs of 0.5 s took {elapsed:.1f} s: not concurrent"
+    assert elapsed < 8, f"30 jobs of 0.5 s took {elapsed:.1f} s: not concurrent"
 
 
 @pytest.mark.slow
@@ -102,7 +102,7 @@ def test_a_worker_process_runs_many_async_jobs_at_once(worker_processes):
     jobs = kathikon.all()
     assert {job.state for job in jobs} == {"completed"}
     assert len({job.result["loop"] for job in jobs}) == 1  # one event loop in the process
-    assert elapsed < 15, f"{count} async jobs of 1 s took {elapsed:.1f} s"
+    assert elapsed < 25, f"{count} async jobs of 1 s took {elapsed:.1f} s (40 s in series)"
 
 
 @pytest.mark.slow
