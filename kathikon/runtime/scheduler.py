@@ -75,9 +75,7 @@ class CronScheduler(PeriodicService):
             if job is not None:
                 fired.append(job)
         if self.sweep_batches:
-            from kathikon.batch import complete_finished_batches
-
-            complete_finished_batches()
+            self._sweep_batches()
         return fired
 
     def sync_static(self) -> dict[str, Any]:
@@ -112,6 +110,14 @@ class CronScheduler(PeriodicService):
         return job
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _sweep_batches(self) -> None:
+        from kathikon.batch import complete_finished_batches
+
+        try:
+            complete_finished_batches()
+        except Exception:  # never let the safety net slow down the cron ticks (backoff)
+            logger.exception("kathikon: completing finished batches failed; retrying next run")
 
     def _plan(self, schedule: CronSchedule, now: dt.datetime
               ) -> tuple[dt.datetime | None, dt.datetime, dict[str, Any]]:
