@@ -314,7 +314,7 @@ class JobAdmin(ActionsMixin, admin.ModelAdmin):
     def inserted(self, job: Job) -> str:
         return when(job.inserted_at)
 
-    @admin.display(description="available / scheduled")
+    @admin.display(description="due")
     def due(self, job: Job) -> str:
         if job.state == JobState.SCHEDULED:
             return f"scheduled {when(job.available_at)}"

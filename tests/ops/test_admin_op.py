@@ -40,7 +40,7 @@ def test_job_list_shows_columns_badges_and_estimated_count(admin_client_op, mixe
     assert "3/3" in html  # attempts/max of the dead job
     assert f"{len(mixed_jobs)} jobs" in html
     for header in ("worker", "queue", "state", "priority", "attempts", "inserted",
-                   "available / scheduled", "finished"):
+                   "due", "finished"):
         assert f">{header}<" in html.lower().replace("</a>", "<"), header
 
 

@@ -1,0 +1,215 @@
+"""The admin dashboard in a real browser: Playwright driving Debian's Chromium.
+
+Run with ``-m browser``; skipped when /usr/bin/chromium or playwright is
+missing. ``KATHIKON_UPDATE_SCREENSHOTS=1`` writes the screenshots used by
+docs/admin.md into docs/img/ (otherwise they go to a temporary directory).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+import kathikon
+from kathikon import report
+from kathikon.models import Job, Queue
+from kathikon.states import JobState
+from tests import workers
+from tests.ops.conftest import VIEW_ALL, error, make_job, staff_user
+
+CHROMIUM = "/usr/bin/chromium"
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"browser tests need Chromium at {CHROMIUM} "
+                              "(Debian: apt-get install chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="browser tests need playwright (pip install playwright)")
+    # Playwright's sync API keeps an event loop in this thread; Django's ORM would
+    # refuse to run next to it. Only for this module, restored afterwards.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    playwright = sync_api.sync_playwright().start()
+    try:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield chromium
+        chromium.close()
+    finally:
+        playwright.stop()
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    if os.environ.get("KATHIKON_UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        return DOCS_IMG
+    return tmp_path
+
+
+@pytest.fixture
+def jobs(transactional_db: Any, settings: Any) -> dict[str, Job]:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("root", "root@example.com", "pw")
+    staff_user("viewer", *VIEW_ALL)
+    now = timezone.now()
+    # A busy last hour for the chart: completions every minute, a few failures.
+    for minute in range(0, 60, 2):
+        for _ in range(1 + minute % 5):
+            make_job(state=JobState.COMPLETED, attempts=1, finished_ago=minute * 60 + 5,
+                     args={"minute": minute})
+    for minute in (7, 23, 41):
+        make_job(worker=workers.Emails, queue="emails", state=JobState.DEAD, attempts=4,
+                 errors=[error(kind="smtplib.SMTPServerDisconnected",
+                               message="Connection unexpectedly closed")],
+                 finished_ago=minute * 60)
+    dead = make_job(worker=workers.Explode, args={"order": 1234}, state=JobState.DEAD,
+                    attempts=3)
+    started = now - dt.timedelta(minutes=2)
+    Job.objects.filter(pk=dead.pk).update(
+        inserted_at=started, started_at=started + dt.timedelta(seconds=61),
+        completed_at=started + dt.timedelta(seconds=62), attempted_by="web-1:4242",
+        errors=[error(message=f"boom {n}", attempt=n,
+                      at=started + dt.timedelta(seconds=1 + 20 * (n - 1) * n // 2))
+                for n in (1, 2, 3)])
+    old = make_job(args={"legacy": True}, state=JobState.COMPLETED, attempts=1,
+                   finished_ago=3 * 86400)
+    Job.objects.filter(pk=old.pk).update(inserted_at=now - dt.timedelta(days=3))
+    waiting = make_job(queue="emails", worker=workers.Emails,
+                       available_at=now - dt.timedelta(minutes=3))
+    running = make_job(state=JobState.RUNNING, attempts=1)
+    make_job(state=JobState.SCHEDULED, available_at=now + dt.timedelta(hours=2))
+    return {"dead": dead, "old": old, "waiting": waiting, "running": running}
+
+
+def login(browser: Any, live_server: Any, username: str) -> Any:
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    return page
+
+
+def test_overview_shows_the_right_numbers(browser, live_server, jobs, shots):
+    page = login(browser, live_server, "root")
+    page.click("a[href='/admin/kathikon/']")  # the app's caption on the admin index
+    row = page.locator("tr[data-queue='default']")
+    expected = {s.name: s for s in report.queue_summary()}
+    assert row.locator("td[data-state='completed']").inner_text() == str(
+        expected["default"].counts["completed"])
+    assert row.locator("td[data-state='dead']").inner_text() == "1"
+    emails = page.locator("tr[data-queue='emails']")
+    assert emails.locator("td[data-state='dead']").inner_text() == "3"
+    assert emails.locator("td[data-state='available']").inner_text() == "1"
+    chart = page.locator("svg.kathikon-chart")
+    completed_hour = sum(s.completed_last_hour for s in expected.values())
+    assert chart.get_attribute("data-completed") == str(completed_hour)
+    assert chart.get_attribute("data-failed") == "4"
+    assert "smtplib.SMTPServerDisconnected" in page.locator("#kathikon-failures").inner_text()
+    page.screenshot(path=str(shots / "admin-overview.png"), full_page=True)
+
+
+def test_filter_by_state_and_date_range(browser, live_server, jobs, shots):
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/")
+    page.click("#changelist-filter a[href='?state=dead']")
+    page.wait_for_url(re.compile(r"state=dead"))
+    ids = page.locator("#result_list code.kathikon-id").all_inner_texts()
+    assert len(ids) == 4 and jobs["dead"].id.hex in ids
+    page.click("#toggle-nav-sidebar")  # more room for the columns in the screenshot
+    page.screenshot(path=str(shots / "admin-jobs.png"), full_page=True)
+
+    day = (timezone.now() - dt.timedelta(days=3)).date().isoformat()
+    page.goto(f"{live_server.url}/admin/kathikon/job/")
+    page.fill("input[name='inserted_at__range__gte']", day)
+    page.fill("input[name='inserted_at__range__lte']", day)
+    page.click("#inserted-form input[type=submit]")
+    page.wait_for_url(re.compile(r"inserted_at__range__gte="))
+    ids = page.locator("#result_list code.kathikon-id").all_inner_texts()
+    assert ids == [jobs["old"].id.hex]
+
+
+def test_open_a_dead_job_see_its_traceback_and_retry_it(browser, live_server, jobs, shots):
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/?state=dead&worker=tests.workers.Explode")
+    page.click(f"text={jobs['dead'].id.hex}")
+    page.wait_for_selector(".kathikon-traceback")
+    traceback = page.locator(".kathikon-traceback").first.inner_text()
+    assert "Traceback (most recent call last)" in traceback
+    assert "boom 3" in page.content()
+    page.screenshot(path=str(shots / "admin-job-detail.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/admin/kathikon/job/?state=dead&worker=tests.workers.Explode")
+    page.check(f"input.action-select[value='{jobs['dead'].pk}']")
+    page.select_option("select[name=action]", "retry_jobs")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Retried 1 job." in page.locator("ul.messagelist").inner_text()
+    assert kathikon.fetch(jobs["dead"].id).state == JobState.AVAILABLE
+
+
+def test_cancel_of_an_executing_job_is_reported(browser, live_server, jobs):
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/?state=running")
+    page.check(f"input.action-select[value='{jobs['running'].pk}']")
+    page.select_option("select[name=action]", "cancel_jobs")
+    page.click("button[name=index]")
+    text = page.locator("ul.messagelist").inner_text()
+    assert "Could not cancel 1 job" in text and "cannot be cancelled now" in text
+
+
+def test_pause_and_resume_a_queue(browser, live_server, jobs):
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/queue/")
+    page.check("input.action-select[value='emails']")
+    page.select_option("select[name=action]", "pause_queues")
+    page.click("button[name=index]")
+    assert "Paused 1 queue." in page.locator("ul.messagelist").inner_text()
+    assert Queue.objects.get(name="emails").paused
+    row = page.locator("#result_list tr", has_text="emails")
+    assert "paused" in row.inner_text()
+    page.check("input.action-select[value='emails']")
+    page.select_option("select[name=action]", "resume_queues")
+    page.click("button[name=index]")
+    assert "Resumed 1 queue." in page.locator("ul.messagelist").inner_text()
+    assert not Queue.objects.get(name="emails").paused
+
+
+def test_view_only_staff_cannot_retry(browser, live_server, jobs):
+    page = login(browser, live_server, "viewer")
+    page.goto(f"{live_server.url}/admin/kathikon/job/?state=dead")
+    assert page.locator("select[name=action]").count() == 0
+    page.goto(f"{live_server.url}/admin/kathikon/job/{jobs['dead'].pk}/change/")
+    assert "Traceback" in page.content()
+    assert page.locator("button.kathikon-retry_jobs").count() == 0
+    # A forged POST from the viewer's session is refused.
+    token = page.context.cookies()
+    csrf = next(c["value"] for c in token if c["name"] == "csrftoken")
+    response = page.request.post(
+        f"{live_server.url}/admin/kathikon/job/{jobs['dead'].id.hex}/act/retry_jobs/",
+        headers={"X-CSRFToken": csrf, "Referer": f"{live_server.url}/admin/"})
+    assert response.status == 403
+    assert kathikon.fetch(jobs["dead"].id).state == JobState.DEAD
