@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                              "run of every phase; nowhere on --quick or --only runs)")
     parser.add_argument("--no-docs", action="store_true", help="never write the report")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results")
+    parser.add_argument("--note", default=None, help="a remark printed above the table")
     args = parser.parse_args(argv)
 
     vendors = [v for v in args.db.split(",") if v]
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.write(f"Kathikon benchmarks ({'quick' if args.quick else 'full'}) on "
                      f"{machine['summary']}\n")
     results: dict[str, Any] = {"started": when.isoformat(), "quick": args.quick,
+                               "note": args.note,
                                "machine": machine, "phases": phases, "vendors": {},
                                "skipped": {}}
     db_phases = [p for p in phases if p in PHASES]

@@ -253,6 +253,7 @@ def document(results: dict[str, Any]) -> str:
         "poll interval 1 s; LISTEN/NOTIFY on PostgreSQL)",
         f"- Wall time: {results.get('seconds', 0) / 60:.1f} min",
         "",
+        *([f"> {results['note']}", ""] if results.get("note") else []),
         table(results),
         "",
         "Sizes (MariaDB and SQLite use a reduced set):",
@@ -309,8 +310,10 @@ def document(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # re-render a saved --json file
+if __name__ == "__main__":  # re-render a saved --json file: report.py results.json [note]
     import json
 
     data = json.loads(Path(sys.argv[1]).read_text())
+    if len(sys.argv) > 2:
+        data["note"] = sys.argv[2]
     print(document(data))
