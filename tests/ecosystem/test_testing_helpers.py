@@ -272,3 +272,16 @@ def test_fixture_manual_and_testing(db, kathikon_manual, kathikon_testing):
     kathikon_testing.assert_enqueued(args={"k": 1})
     assert kathikon_testing.drain_queue().completed == 1
     assert conf.testing_mode() == "manual"
+
+
+def test_the_plugin_imports_without_side_effects():
+    """pytest loads it in every project: no settings, no models, no kathikon.testing yet."""
+    import subprocess
+    import sys
+
+    script = ("import sys, kathikon.pytest_plugin\n"
+              "print(sorted(m for m in sys.modules if m.startswith('kathikon.')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    for heavy in ("kathikon.models", "kathikon.api", "kathikon.testing", "kathikon.storage"):
+        assert f"'{heavy}'" not in out, out
