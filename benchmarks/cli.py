@@ -51,7 +51,7 @@ def run_vendor(vendor: str, phases: list[str], quick: bool, work: Path) -> dict[
 
 def run_admin(quick: bool) -> dict[str, Any]:
     """OPERATIONS' admin page timings (``benchmarks.admin_pages.main``), output captured."""
-    argv = ["--quick"] if quick else []
+    argv = ["--drop", *(["--quick"] if quick else [])]  # make bench leaves no database behind
     code = ("import sys\nfrom benchmarks.admin_pages import main\n"
             "result = main(sys.argv[1:])\nsys.exit(result if isinstance(result, int) else 0)")
     sys.stderr.write("[admin] admin page timings (benchmarks/admin_pages.py)\n")
