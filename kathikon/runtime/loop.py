@@ -7,19 +7,23 @@ from every dispatcher run on it concurrently, never on a new loop per job.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+_pid = 0
 
 
 def get_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    global _loop, _pid
     with _lock:
-        if _loop is None or _loop.is_closed():
-            _loop = asyncio.new_event_loop()
+        # A forked child (kathikon_worker --processes) inherits the loop object but not
+        # its thread: it must start its own, or every async job would wait forever.
+        if _loop is None or _loop.is_closed() or _pid != os.getpid():
+            _loop, _pid = asyncio.new_event_loop(), os.getpid()
             thread = threading.Thread(target=_loop.run_forever, name="kathikon-async",
                                       daemon=True)
             thread.start()

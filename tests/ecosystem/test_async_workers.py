@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -120,3 +121,26 @@ def test_a_worker_process_runs_django_tasks(worker_processes):
     failed = tasks.always_fails.get_result(bad.id)
     assert (failed.status, failed.attempts) == ("FAILED", 2)  # backoff 0: --burst runs the retry
     assert failed.worker_ids[0] == context.worker_ids[0]
+
+
+def test_a_forked_child_gets_its_own_loop():
+    import os
+
+    from kathikon.runtime.loop import run_coroutine
+
+    async def answer():
+        return os.getpid()
+
+    assert run_coroutine(answer(), 5) == os.getpid()  # the parent's loop exists now
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # "multi-threaded process, fork() may deadlock": we know
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: would hang on the parent's thread-less loop without the pid check
+        try:
+            os.write(write, str(run_coroutine(answer(), 5) == os.getpid()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 10) == b"True" and status == 0
