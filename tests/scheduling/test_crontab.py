@@ -173,3 +173,40 @@ def test_latest_tick_counts_missed_ticks_and_jumps_long_gaps():
     assert latest == at(2026, 1, 20, 8) and count >= 2
     assert crontab.latest_tick("@hourly", "UTC", at(2026, 1, 1, 11), at(2026, 1, 1, 10)) == \
         (None, 0)
+
+
+TRANSITIONS = [(BERLIN, at(2026, 3, 29, 1)), (BERLIN, at(2026, 10, 25, 1)),
+               (NEW_YORK, at(2026, 3, 8, 7)), (NEW_YORK, at(2026, 11, 1, 6))]
+
+
+def reference_ticks(expression: str, tz: str, start: dt.datetime, end: dt.datetime) -> list:
+    """The documented rules, brute force, minute by minute (no search, no margins)."""
+    from croniter import croniter
+
+    zinfo = ZoneInfo(tz)
+    minutes = int((end - start).total_seconds() // 60)
+    if expression.split()[1] == "*":  # elapsed time: every real minute whose local time matches
+        return [t for t in (start + dt.timedelta(minutes=m) for m in range(minutes))
+                if croniter.match(expression, t.astimezone(zinfo).replace(tzinfo=None))]
+    # wall clock: every matching local minute once, read with the pre-change offset (fold=0)
+    # so a skipped time is shifted forward and a repeated one fires at its first occurrence
+    first = start.astimezone(zinfo).replace(tzinfo=None) - dt.timedelta(hours=3)
+    walls = (first + dt.timedelta(minutes=m) for m in range(minutes + 360))
+    instants = {w.replace(tzinfo=zinfo, fold=0).astimezone(UTC) for w in walls
+                if croniter.match(expression, w)}
+    return sorted(t for t in instants if start <= t < end)
+
+
+@pytest.mark.parametrize(("tz", "transition"), TRANSITIONS)
+@pytest.mark.parametrize("expression", [
+    "*/7 * * * *", "15 * * * *", "30 2 * * *", "0 1-4 * * *", "45 1,2,3 * * *",
+    "*/20 2 * * *", "0 0 * * *", "10 * * * SUN",
+])
+def test_next_tick_agrees_with_a_brute_force_reference_around_dst(expression, tz, transition):
+    start, end = transition - dt.timedelta(hours=6), transition + dt.timedelta(hours=6)
+    expected = reference_ticks(expression, tz, start, end)
+    got, tick = [], crontab.next_tick(expression, tz, start - dt.timedelta(seconds=1))
+    while tick < end:
+        got.append(tick)
+        tick = crontab.next_tick(expression, tz, tick)
+    assert got == expected
