@@ -247,3 +247,11 @@ def test_worker_process_survives_a_job_calling_sys_exit(transactional_db):
     assert process.run() == 0
     assert kathikon.fetch(exits.id).state == "dead"
     assert kathikon.fetch(fine.id).state == "completed"
+
+
+def test_worker_process_starts_every_service(transactional_db):
+    process = WorkerProcess(node=NODE, burst=True, handle_signals=False, poll_interval=0.1)
+    assert process.run() == 0
+    assert [type(service).__name__ for service in process.services] == [
+        "Heartbeat", "Promoter", "Pruner", "Lifeline", "CronScheduler"]
+    assert not any(service.running for service in process.services)  # stopped at shutdown
