@@ -58,6 +58,7 @@ class CronScheduler(PeriodicService):
         self.static = static
         self.sweep_batches = sweep_batches
         self.synced: dict[str, Any] | None = None
+        self.already_fired = 0  # ticks another node inserted first (the unique key refused ours)
 
     def default_interval(self) -> float:
         return conf.scheduler_interval()
@@ -104,6 +105,10 @@ class CronScheduler(PeriodicService):
             if tick is not None:
                 row = self._row(schedule, tick, meta, now)
                 job = store.insert_tick_job(row) if row is not None else None
+                if row is not None and job is None:
+                    self.already_fired += 1
+                    logger.debug("kathikon: cron tick %s of %s was fired by another node",
+                                 tick.isoformat(), schedule)
             store.advance_schedule(schedule, fired=tick, next_fire_at=following)
         if job is not None:
             self._signal(schedule, job, tick)
