@@ -123,7 +123,7 @@ class Command(BaseCommand):
         width = max(len(name) for name in data)
         for name, value in data.items():
             shown = json.dumps(value) if isinstance(value, (dict, list)) else value
-            self.stdout.write(f"{name.ljust(width)}  {'-' if shown is None else shown}")
+            self.stdout.write(f"{name.ljust(width)}  {'-' if shown in (None, '') else shown}")
         self.stdout.write("\nhistory:")
         self.table(["AT", "EVENT", "DETAILS"], [
             [when(item["at"]), item["event"], clip(", ".join(
