@@ -12,6 +12,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
+from django.db import connections
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _pid = 0
@@ -31,15 +34,35 @@ def get_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
-    """Run ``coro`` on the process loop and wait for it; ``JobTimeout`` after ``timeout``."""
+    """Run ``coro`` on the process loop and wait for it; ``JobTimeout`` after ``timeout``.
+
+    Each job gets its own thread-sensitive context, as Django gives each ASGI
+    request: the async ORM calls of one job share one thread and connection,
+    which is closed when the job ends (not after a timeout: a stuck ORM call
+    must not hold the slot; that thread is abandoned like a timed-out sync job).
+    """
     from kathikon.executor import JobTimeout
 
     async def guarded() -> Any:
-        if timeout is None:
-            return await coro
-        try:
-            return await asyncio.wait_for(coro, timeout)
-        except asyncio.TimeoutError:
-            raise JobTimeout(f"timed out after {timeout}s") from None
+        async with ThreadSensitiveContext() as context:
+            try:
+                if timeout is None:
+                    value = await coro
+                else:
+                    value = await asyncio.wait_for(coro, timeout)
+            except asyncio.TimeoutError:
+                raise JobTimeout(f"timed out after {timeout}s") from None
+            except BaseException:
+                await _close_connections(context)
+                raise
+            await _close_connections(context)
+            return value
 
     return asyncio.run_coroutine_threadsafe(guarded(), get_loop()).result()
+
+
+async def _close_connections(context: ThreadSensitiveContext) -> None:
+    executors = getattr(SyncToAsync, "context_to_thread_executor", None)
+    if executors is not None and context not in executors:
+        return  # the job made no thread-sensitive calls, so it opened no connection
+    await sync_to_async(connections.close_all, thread_sensitive=True)()

@@ -144,3 +144,10 @@ def test_a_forked_child_gets_its_own_loop():
     os.close(write)
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 10) == b"True" and status == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_workers_use_the_async_orm():
+    job = kathikon.insert(workers.AsyncOrm, {})
+    assert drain_queue() == DrainResult(completed=1)
+    assert kathikon.fetch(job.id).result == {"jobs": 1, "mine": "tests.ecosystem.workers.AsyncOrm"}

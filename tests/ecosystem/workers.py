@@ -66,3 +66,13 @@ class Sleepy(kathikon.Worker):
     def perform(self, job):
         time.sleep(job.args.get("seconds", 0))
         return "slept"
+
+
+class AsyncOrm(kathikon.Worker):
+    """Uses Django's async ORM from the worker's event loop."""
+
+    async def perform(self, job):
+        from kathikon.models import Job
+
+        return {"jobs": await Job.objects.acount(),
+                "mine": (await Job.objects.aget(pk=job.id)).worker}
