@@ -78,7 +78,7 @@ class KathikonMedia:
     css = {"all": ["kathikon/admin.css"]}
 
 
-class ActionsMixin:
+class ActionsMixin(admin.ModelAdmin):
     """Action plumbing shared by the admins: destructive switch, 403s, result messages."""
 
     def destructive(self) -> bool:
@@ -93,7 +93,7 @@ class ActionsMixin:
         name = request.POST.get("action") if request.method == "POST" else None
         if name and name in self.known_actions() and name not in self.get_actions(request):
             raise PermissionDenied(f"you may not run the action {name!r}")
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return super().changelist_view(request, extra_context)
 
     def report_result(self, request: HttpRequest, result: dashboard.ActionResult, done: str,
                       todo: str, noun: str = "job") -> None:
@@ -101,7 +101,7 @@ class ActionsMixin:
         def many(n: int) -> str:
             return f"{n} {noun}{'' if n == 1 else 's'}"
 
-        say = self.message_user  # type: ignore[attr-defined]
+        say = self.message_user
         if result.changed:
             say(request, f"{done} {many(len(result.changed))}.", messages.SUCCESS)
         if result.failed:
@@ -155,7 +155,7 @@ class WorkerFilter(admin.SimpleListFilter):
 # -- jobs ------------------------------------------------------------------------------------
 
 @admin.register(Job)
-class JobAdmin(ActionsMixin, admin.ModelAdmin):
+class JobAdmin(ActionsMixin):
     list_display = ("job_id", "worker_name", "queue", "state_display", "priority",
                     "attempts_display", "inserted", "due", "finished")
     list_display_links = ("job_id",)
@@ -215,15 +215,15 @@ class JobAdmin(ActionsMixin, admin.ModelAdmin):
     def has_rerun_permission(self, request: HttpRequest) -> bool:
         return self.destructive() and request.user.has_perm("kathikon.rerun_job")
 
-    def get_ordering(self, request: HttpRequest) -> list[str]:
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
         # With a date range on inserted_at/completed_at, walk that column's index (newest
         # first) instead of the primary key: PostgreSQL would otherwise scan ids backwards
         # through every newer job to find the range.
         for column in ("completed_at", "inserted_at"):
             if any(key.startswith(f"{column}__range") and value
                    for key, value in request.GET.items()):
-                return [f"-{column}", "-id"]
-        return ["-id"]
+                return (f"-{column}", "-id")
+        return ("-id",)
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
                            search_term: str) -> tuple[QuerySet[Job], bool]:
@@ -395,7 +395,7 @@ def _pre(value: Any) -> SafeString:
 # -- queues ----------------------------------------------------------------------------------
 
 @admin.register(Queue)
-class QueueAdmin(ActionsMixin, admin.ModelAdmin):
+class QueueAdmin(ActionsMixin):
     actions = ["pause_queues", "resume_queues"]
     fields = ("name", "paused", "concurrency")
     readonly_fields = ("name", "paused")
@@ -502,7 +502,7 @@ def _each_queue(queryset: Iterable[Queue], operation: Callable[[str], None]
 # -- cron schedules --------------------------------------------------------------------------
 
 @admin.register(CronSchedule)
-class CronScheduleAdmin(ActionsMixin, admin.ModelAdmin):
+class CronScheduleAdmin(ActionsMixin):
     list_display = ("__str__", "worker_name", "expression_display", "timezone", "queue_name",
                     "status", "next_runs", "last_fire_at")
     list_filter = ("paused", "static")

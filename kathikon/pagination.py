@@ -22,7 +22,7 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def total(self) -> tuple[int, bool]:
         """``(count, exact)``: the number of rows, or an estimate / lower bound."""
-        query = self.object_list
+        query: Any = self.object_list
         if not query.query.where:
             estimate = reports.estimated_job_count()
             if estimate is not None and estimate > self.CAP:

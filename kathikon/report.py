@@ -99,13 +99,13 @@ def queue_summary(now: dt.datetime | None = None) -> list[QueueSummary]:
     names = sorted(set(configured) | set(rows) | set(counts))
     summaries = []
     for name in names:
-        row = rows.get(name)
+        queue_row = rows.get(name)
         done = finished.get((name, JobState.COMPLETED), {})
         dead = finished.get((name, JobState.DEAD), {})
-        override = row.concurrency if row is not None else None
+        override = queue_row.concurrency if queue_row is not None else None
         summaries.append(QueueSummary(
             name=name,
-            paused=bool(row and row.paused),
+            paused=bool(queue_row and queue_row.paused),
             concurrency=int(override or configured.get(name, {}).get("concurrency", 10)),
             counts={state: counts.get(name, {}).get(state, 0) for state in JobState.values},
             oldest_available_age=(now - oldest[name]).total_seconds() if name in oldest else None,

@@ -55,7 +55,7 @@ def queue_activity(now: dt.datetime) -> list[dict[str, Any]]:
         FROM {vendor.table(Job)}
         WHERE {completed} >= %s AND {state} IN (%s, %s) GROUP BY {queue}, {state}
     """
-    params = [*CLAIMABLE_STATES, now, minute_ago, hour_ago, *FINISHED_STATES]
+    params: list[Any] = [*CLAIMABLE_STATES, now, minute_ago, hour_ago, *FINISHED_STATES]
     with vendor.connection().cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -109,7 +109,7 @@ def failure_rows(since: dt.datetime, limit: int = 100) -> list[dict[str, Any]]:
         ORDER BY COUNT(*) DESC
         LIMIT %s
     """
-    params = [JobState.DEAD, since, JobState.RETRYABLE, since, limit]
+    params: list[Any] = [JobState.DEAD, since, JobState.RETRYABLE, since, limit]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
