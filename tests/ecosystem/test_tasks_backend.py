@@ -322,3 +322,32 @@ def test_results_are_fetched_from_another_process():
                          text=True, timeout=60, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == {
         "bad": ["FAILED", "builtins.ValueError", 2], "ok": ["SUCCESSFUL", 11]}
+
+
+def test_tasks_with_kathikon_options_pickle():
+    import pickle
+
+    if compat.SOURCE != "django.tasks":
+        pytest.skip("the django-tasks backport's Task does not pickle")
+
+    again = pickle.loads(pickle.dumps(tasks.always_fails))
+    assert again == tasks.always_fails and again.max_attempts == 2
+    assert isinstance(again, backends.KathikonTask)
+
+
+def test_a_second_backend_alias_keeps_its_own_options(db):
+    kathikon_backend = "kathikon.backends.KathikonBackend"
+    with override_settings(TASKS={
+            "default": {"BACKEND": kathikon_backend, "QUEUES": ["default", "emails"]},
+            "bulk": {"BACKEND": kathikon_backend, "QUEUES": [],
+                     "OPTIONS": {"max_attempts": 4, "timeout": 5}}}):
+        result = tasks.plain.using(backend="bulk", queue_name="bulk-imports").enqueue()
+        job = kathikon.fetch(result.id)
+        assert (job.queue, job.max_attempts, job.meta) == (
+            "bulk-imports", 4, {"task_backend": "bulk", "timeout": 5})
+        fetched = compat.task_backends["bulk"].get_result(result.id)
+        assert (fetched.backend, fetched.task.backend, fetched.task.queue_name) == (
+            "bulk", "bulk", "bulk-imports")
+        assert drain_queue("bulk-imports").completed == 1
+        result.refresh()
+        assert result.status == Status.SUCCESSFUL
