@@ -47,7 +47,7 @@ class Acker:
         self.failures = 0  # failed write attempts (each retried)
         self._executions: list[Execution] = []
         self._releases: list[Ack] = []
-        self._in_flight: set[uuid.UUID] = set()
+        self._in_flight: tuple[list[Execution], list[Ack]] = ([], [])
         self._lock = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -69,8 +69,9 @@ class Acker:
     def pending_ids(self) -> set[uuid.UUID]:
         """Ids of jobs whose outcome is not written yet (queued or being written)."""
         with self._lock:
-            return ({e.job.id for e in self._executions} | {a.job.id for a in self._releases}
-                    | self._in_flight)
+            executions = [*self._executions, *self._in_flight[0]]
+            releases = [*self._releases, *self._in_flight[1]]
+        return {e.job.id for e in executions} | {a.job.id for a in releases}
 
     @property
     def alive(self) -> bool:
@@ -79,13 +80,17 @@ class Acker:
     @property
     def idle(self) -> bool:
         with self._lock:
-            return not (self._executions or self._releases or self._in_flight)
+            return not (self._executions or self._releases or self._busy)
+
+    @property
+    def _busy(self) -> bool:
+        return bool(self._in_flight[0] or self._in_flight[1])
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything handed over so far is written; ``False`` on timeout."""
         with self._lock:
             return self._lock.wait_for(
-                lambda: not (self._executions or self._releases or self._in_flight), timeout)
+                lambda: not (self._executions or self._releases or self._busy), timeout)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -117,11 +122,10 @@ class Acker:
                     executions = self._executions[:MAX_BATCH]
                     del self._executions[:MAX_BATCH]
                     releases, self._releases = self._releases, []
-                    self._in_flight = ({e.job.id for e in executions}
-                                       | {a.job.id for a in releases})
+                    self._in_flight = (executions, releases)
                 self._write(executions, releases)
                 with self._lock:
-                    self._in_flight = set()
+                    self._in_flight = ([], [])
                     self._lock.notify_all()
         finally:
             connections.close_all()  # this thread's connections only

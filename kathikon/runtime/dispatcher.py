@@ -23,8 +23,8 @@ import logging
 import queue as queues
 import threading
 import time
-import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections
 
@@ -51,6 +51,7 @@ class Slot:
     started: float = 0.0
     deadline: float | None = None
     timeout: float | None = None
+    is_async: bool = False
     abandoned: bool = False
 
 
@@ -69,7 +70,7 @@ class Dispatcher:
         self.timed_out = 0   # jobs failed by the timeout watchdog
         self.abandoned_threads = 0
         self._cond = threading.Condition()
-        self._slots: dict[uuid.UUID, Slot] = {}
+        self._slots: dict[int, Slot] = {}  # keyed by id(job): cheaper than hashing UUIDs
         self._inbox: queues.SimpleQueue[Job | None] = queues.SimpleQueue()
         self._live_threads = 0
         self._woken = True        # claim at start
@@ -244,7 +245,7 @@ class Dispatcher:
             self._more = len(jobs) >= requested
             self._next_poll = time.monotonic() + self.poll_interval
             for job in jobs:
-                self._slots[job.id] = Slot(job)
+                self._slots[id(job)] = Slot(job)
             self.claimed += len(jobs)
             while self._live_threads < len(self._slots):
                 self._start_thread()
@@ -262,7 +263,7 @@ class Dispatcher:
         for slot in [s for s in self._slots.values()
                      if s.deadline is not None and now >= s.deadline]:
             slot.abandoned = True
-            del self._slots[slot.job.id]
+            del self._slots[id(slot.job)]
             self._live_threads -= 1
             self.timed_out += 1
             self.abandoned_threads += 1
@@ -287,7 +288,7 @@ class Dispatcher:
         """Release jobs a failed claim committed but never returned (they would be stuck)."""
         rows = executing_jobs(self.node, self.queue)
         with self._cond:
-            known = set(self._slots)
+            known = {slot.job.id for slot in self._slots.values()}
         known |= self.acker.pending_ids()
         orphans = [job for job in rows if job.id not in known]
         if orphans:
@@ -309,7 +310,7 @@ class Dispatcher:
                 if slot is None:
                     continue
                 try:
-                    execution = run_job(job)
+                    execution = run_job(job, invoke=None if slot.is_async else _perform)
                 except BaseException as exc:  # SystemExit from perform, or a bug: not a thread
                     logger.exception("kathikon: running job %s escaped the executor", job.id.hex)
                     error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
@@ -318,7 +319,7 @@ class Dispatcher:
                     if slot.abandoned:
                         return  # timed out or shut down: replaced, the outcome is not ours
                     self.acker.add(execution)  # before the slot frees: shutdown flushes it
-                    del self._slots[job.id]
+                    del self._slots[id(job)]
                     self.finished += 1
                     self._freed()
                 _close_unusable_connections()
@@ -328,15 +329,16 @@ class Dispatcher:
     def _begin(self, job: Job) -> Slot | None:
         timeout, is_async = self._timeout_of(job)
         with self._cond:
-            slot = self._slots.get(job.id)
+            slot = self._slots.get(id(job))
             if slot is None:
                 return None  # already released by the shutdown
             if self._stopping:  # claimed but not started: give it back
-                del self._slots[job.id]
+                del self._slots[id(job)]
                 self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)])
                 self._freed()
                 return None
             slot.started = time.monotonic()
+            slot.is_async = is_async
             if timeout is not None:
                 slot.timeout = timeout
                 slot.deadline = slot.started + timeout + (ASYNC_MARGIN if is_async else 0.0)
@@ -353,6 +355,11 @@ class Dispatcher:
                 cached = (None, False)  # run_job records the unknown worker
             self._timeouts[job.worker] = cached
         return cached
+
+
+def _perform(worker: Any, job: Job) -> Any:
+    """Call a synchronous ``perform`` (its timeout is the dispatcher's watchdog)."""
+    return worker.perform(job)
 
 
 def _close_unusable_connections() -> None:
