@@ -303,3 +303,21 @@ def test_concurrent_promoters_and_pruners_each_touch_a_job_once(concurrent_db: N
                                                   max_chunks=1000).run_once().jobs)
     assert sum(pruned) == 300
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_service_survives_its_connection_being_killed(postgres_only: None):
+    storage.register_node("n1")
+    heartbeat = Heartbeat("n1", interval=0.05).start()
+    try:
+        assert heartbeat.wait_for_runs(2, timeout=10)
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        failed_at = heartbeat.runs
+        assert heartbeat.wait_for_runs(failed_at + 5, timeout=10)
+        assert heartbeat.last_error is not None  # a run failed on the dead connection…
+        assert heartbeat.failures == 0 and heartbeat.last_result is True  # …then reconnected
+    finally:
+        heartbeat.stop()
+        assert heartbeat.join(5)
