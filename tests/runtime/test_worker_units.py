@@ -255,3 +255,30 @@ def test_worker_process_starts_every_service(transactional_db):
     assert [type(service).__name__ for service in process.services] == [
         "Heartbeat", "Promoter", "Pruner", "Lifeline", "CronScheduler"]
     assert not any(service.running for service in process.services)  # stopped at shutdown
+
+
+def test_worker_listener_reconnects_after_its_backend_is_terminated(transactional_db,
+                                                                    postgres_only):
+    from django.db import connection
+
+    from kathikon.runtime.listener import Listener
+
+    connects: list[int] = []
+    reconnected = threading.Event()
+
+    def on_connect() -> None:
+        connects.append(1)
+        if len(connects) == 2:
+            reconnected.set()
+
+    listener = Listener(storage.alias(), lambda event, queue: None, on_connect,
+                        max_backoff=0.2).start()
+    try:
+        assert listener.connected.wait(5)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                           "datname = current_database() AND query = 'LISTEN kathikon'")
+        assert reconnected.wait(10)
+    finally:
+        listener.stop()
+        assert listener.join(5)
