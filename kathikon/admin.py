@@ -35,8 +35,9 @@ from kathikon.ids import parse_id
 from kathikon.models import Batch, CronSchedule, Job, Node, Queue
 from kathikon.pagination import EstimatedCountPaginator
 from kathikon.states import EXECUTING_STATES, JobState
+from kathikon.storage import events, reports
 from kathikon.storage import queues as queue_storage
-from kathikon.storage import reports
+from kathikon.timeline import job_history
 
 STATE_COLOURS = {
     "scheduled": "#6c757d", "available": "#1f6feb", "claimed": "#8250df",
@@ -206,6 +207,14 @@ class JobAdmin(ActionsMixin):
             return False
         return self.destructive() and super().has_delete_permission(request, obj)
 
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        # The "Delete" button of a job's page: same rules as the action (history goes too,
+        # a job that started executing meanwhile is kept).
+        self.report_result(request, dashboard.delete_jobs([obj.pk]), "Deleted", "delete")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self.report_result(request, dashboard.delete_jobs(_ids(queryset)), "Deleted", "delete")
+
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return self.destructive() and request.user.has_perm("kathikon.retry_job")
 
@@ -363,7 +372,7 @@ class JobAdmin(ActionsMixin):
 
     @admin.display(description="history")
     def history_display(self, job: Job) -> SafeString:
-        history = dashboard.fetch_job(job.pk).history
+        history = job_history(job, events.events_for(job.id))
         rows = [{"at": item["at"], "event": item["event"],
                  "details": ", ".join(f"{key}: {value}" for key, value in item.items()
                                       if key not in ("at", "event") and value not in (None, ""))}

@@ -256,3 +256,19 @@ def test_cron_batch_and_node_pages(admin_client_op, job_factory):
     assert batch.id.hex in html and "1 (1 / 0)" in html
     html = admin_client_op.get(reverse("admin:kathikon_node_changelist")).content.decode()
     assert "host:1" in html and "default:10" in html and ">running</span>" in html
+
+
+def test_delete_view_of_a_job_removes_its_history(admin_client_op, mixed_jobs):
+    from kathikon.models import JobEvent
+
+    job = mixed_jobs["completed"]
+    kathikon.retry(job.id)
+    Job.objects.filter(pk=job.pk).update(state="completed")
+    url = reverse("admin:kathikon_job_delete", args=[job.pk])
+    assert admin_client_op.get(url).status_code == 200
+    response = admin_client_op.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not Job.objects.filter(pk=job.pk).exists()
+    assert not JobEvent.objects.filter(job_id=job.pk).exists()
+    running = reverse("admin:kathikon_job_delete", args=[mixed_jobs["running"].pk])
+    assert admin_client_op.get(running).status_code == 403
