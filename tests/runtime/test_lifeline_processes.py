@@ -37,6 +37,14 @@ def insert_slow(log: Path, count: int, seconds: float) -> list[str]:
     return [getattr(job_id, "hex", job_id) for job_id in result.ids]
 
 
+def start_ready(worker_processes: Any, count: int) -> list[Any]:
+    """``count`` workers ``w0``… that have all logged their start-up banner."""
+    workers = worker_processes.start_many(count, settings=SETTINGS)
+    for index, worker in enumerate(workers):
+        worker.wait_for_log(f"kathikon worker w{index} running", timeout=30)
+    return workers
+
+
 def started_by(log: Path, node: str) -> bool:
     return any(row[1] == node and row[3] == "start" for row in executions(log))
 
@@ -55,8 +63,8 @@ def snapshot() -> dict[str, tuple[Any, ...]]:
 def test_kill_9_of_one_worker_of_three_rescues_its_jobs_only(worker_processes: Any,
                                                             tmp_path: Path):
     log = tmp_path / "executions.log"
-    ids = insert_slow(log, 24, seconds=1.5)
-    victim, *_ = worker_processes.start_many(3, settings=SETTINGS)
+    victim, *_ = start_ready(worker_processes, 3)
+    ids = insert_slow(log, 24, seconds=1.5)  # 3 workers x 4 slots: every worker gets some
     wait_until(lambda: started_by(log, "w0"), timeout=20, message="w0 to start a job")
 
     killed_at = storage.db_now()
@@ -97,8 +105,8 @@ def test_kill_9_of_one_worker_of_three_rescues_its_jobs_only(worker_processes: A
 def test_a_worker_frozen_past_rescue_after_has_its_late_acks_refused(worker_processes: Any,
                                                                      tmp_path: Path):
     log = tmp_path / "executions.log"
-    ids = insert_slow(log, 8, seconds=1.0)
-    frozen, _ = worker_processes.start_many(2, settings=SETTINGS)
+    frozen, _ = start_ready(worker_processes, 2)
+    ids = insert_slow(log, 8, seconds=1.0)  # 2 workers x 4 slots: both workers get some
     wait_until(lambda: started_by(log, "w0"), timeout=20, message="w0 to start a job")
 
     frozen.signal_group(signal.SIGSTOP)
