@@ -77,6 +77,10 @@ def test_rescues_the_jobs_of_a_silent_node_only(lifeline: Lifeline, clock: Clock
     assert (event.kind, event.actor, event.data["node"], event.data["state"]) == (
         "rescued", "rescuer", "dead", "retryable")
     assert lifeline.run_once() == []  # nothing left to rescue
+    history = kathikon.history(job.id)
+    (rescue,) = [item for item in history if item["event"] == "rescued"]
+    assert (rescue["node"], rescue["state"], rescue["actor"]) == ("dead", "retryable", "rescuer")
+    assert any(item["event"] == "failed" and item["kind"] == ERROR_KIND for item in history)
 
 
 @pytest.mark.django_db
