@@ -1,0 +1,55 @@
+"""Jobs built from raw claim rows are the same objects the ORM builds."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.models.signals import post_init
+
+import kathikon
+from kathikon.models import Job
+from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
+from tests import workers
+
+
+def _raw_rows():
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {JOB_COLUMNS} FROM kathikon_job ORDER BY id")
+        return cursor.fetchall()
+
+
+def _same(built: Job, orm: Job) -> None:
+    assert type(built) is Job
+    assert {k: v for k, v in built.__dict__.items() if k != "_state"} == {
+        k: v for k, v in orm.__dict__.items() if k != "_state"}
+    assert (built._state.adding, built._state.db) == (False, orm._state.db)
+    assert built == orm and built.pk == orm.pk
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("with_receiver", [False, True], ids=["fast", "post_init receiver"])
+def test_jobs_from_rows_match_the_orm(postgres_only, with_receiver):
+    kathikon.insert(workers.Succeed, {"a": [1, {"b": None}]}, meta={"m": 1}, priority=3)
+    kathikon.insert(workers.Succeed, {})
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    if with_receiver:
+        post_init.connect(receiver, sender=Job)
+    try:
+        built = jobs_from_rows(_raw_rows(), connection.alias)
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    orm = list(Job.objects.order_by("id"))
+    assert len(built) == len(orm) == 2
+    for b, o in zip(built, orm, strict=True):
+        _same(b, o)
+    assert len(seen) == (2 if with_receiver else 0)  # the receiver saw every built job
+    # fresh containers are independent objects
+    built[1].args["x"] = 1
+    built[1].errors.append("e")
+    again = jobs_from_rows(_raw_rows(), connection.alias)
+    assert again[1].args == {} and again[1].errors == []
+    built[0].save(update_fields=["priority"])  # a normal model instance
