@@ -3,10 +3,11 @@
     python -c "from benchmarks.admin_pages import main; main()"          # 1,000,000 jobs
     python -c "from benchmarks.admin_pages import main; main(['--quick'])"  # 100,000 jobs
 
-Creates (or reuses) the PostgreSQL database ``kathikon_bench_admin``, fills it
-server-side with ``--jobs`` jobs in a realistic mix (mostly completed, some
-dead with tracebacks, retryable, available, scheduled, cancelled; three
-queues, five workers, a week of UUIDv7 ids), VACUUM ANALYZEs it, logs a
+Creates (or reuses) the PostgreSQL database ``kathikon_bench_admin`` (``--quick``:
+``kathikon_bench_admin_quick``), fills it server-side with ``--jobs`` jobs in a
+realistic mix (mostly completed, some dead with tracebacks, retryable,
+available, scheduled, cancelled; three queues, five workers, a week of UUIDv7
+ids), VACUUM ANALYZEs it, logs a
 superuser in with ``django.test.Client`` and times each admin page in-process
 (view + template rendering = server time). The target is 300 ms for the job
 list, a filtered list and a job's page. The database is kept for the next run
@@ -35,14 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100,000 jobs, 3 repeats")
     parser.add_argument("--jobs", type=int, default=None, help="default 1,000,000")
     parser.add_argument("--repeat", type=int, default=None, help="timed requests per page")
-    parser.add_argument("--db-name", default="kathikon_bench_admin")
+    parser.add_argument("--db-name", default=None,
+                        help="default kathikon_bench_admin (kathikon_bench_admin_quick)")
     parser.add_argument("--refill", action="store_true", help="refill even if already filled")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     args = parser.parse_args(argv)
     jobs = args.jobs or (100_000 if args.quick else 1_000_000)
     repeat = args.repeat or (3 if args.quick else 7)
 
-    _setup_django(args.db_name)
+    name = args.db_name or ("kathikon_bench_admin_quick" if args.quick else "kathikon_bench_admin")
+    _setup_django(name)
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = _time_pages(repeat)
     _print(rows, jobs, filled)
     if args.drop:
-        _drop(args.db_name)
+        _drop(name)
     return 0
 
 
