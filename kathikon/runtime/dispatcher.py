@@ -309,6 +309,7 @@ class Dispatcher:
                 slot = self._begin(job)
                 if slot is None:
                     continue
+                _close_unusable_connections()  # as at the start of a request
                 try:
                     execution = run_job(job, invoke=None if slot.is_async else _perform)
                 except BaseException as exc:  # SystemExit from perform, or a bug: not a thread
@@ -322,7 +323,7 @@ class Dispatcher:
                     del self._slots[id(job)]
                     self.finished += 1
                     self._freed()
-                _close_unusable_connections()
+                _close_unusable_connections()  # as at the end of a request
         finally:
             connections.close_all()  # this thread's connections only
 
