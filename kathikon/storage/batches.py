@@ -92,8 +92,18 @@ def count_children(batch_id: uuid.UUID) -> dict[str, int]:
     return counts
 
 
-def _pending_children() -> Any:
-    return _jobs().filter(batch_id=OuterRef("pk")).exclude(state__in=TERMINAL_STATES)
+_UNFINISHED = [state for state in JobState.values if state not in TERMINAL_STATES]
+
+
+def _without_pending_children(query: Any) -> Any:
+    """Batches of ``query`` that have no unfinished child.
+
+    The unfinished states are listed (not "NOT IN terminal") so that the
+    ``(batch, state)`` index answers with an index-only probe, however many
+    children have already finished.
+    """
+    pending = _jobs().filter(batch_id=OuterRef("pk"), state__in=_UNFINISHED)
+    return query.filter(~Exists(pending))
 
 
 def finished_batch_ids(batch_ids: Iterable[uuid.UUID] | None = None, *,
@@ -102,14 +112,14 @@ def finished_batch_ids(batch_ids: Iterable[uuid.UUID] | None = None, *,
     query = batches().filter(status=Batch.Status.CLOSED)
     if batch_ids is not None:
         query = query.filter(pk__in=list(batch_ids))
-    return list(query.filter(~Exists(_pending_children()))
-                .order_by().values_list("id", flat=True)[:limit])
+    return list(_without_pending_children(query).order_by().values_list("id", flat=True)[:limit])
 
 
 def mark_completed(batch_id: uuid.UUID, now: dt.datetime) -> Batch | None:
     """Closed → completed if every child is terminal; ``None`` when someone else did it first."""
-    updated = batches().filter(pk=batch_id, status=Batch.Status.CLOSED).filter(
-        ~Exists(_pending_children())).update(status=Batch.Status.COMPLETED, completed_at=now)
+    updated = _without_pending_children(batches().filter(
+        pk=batch_id, status=Batch.Status.CLOSED)).update(status=Batch.Status.COMPLETED,
+                                                          completed_at=now)
     return batches().get(pk=batch_id) if updated else None
 
 
