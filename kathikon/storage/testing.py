@@ -7,6 +7,7 @@ import datetime as dt
 from kathikon.models import Job
 from kathikon.states import CLAIMABLE_STATES, PENDING_STATES, JobState
 from kathikon.storage import notify, vendor
+from kathikon.storage.queues import paused_queues
 
 
 def pending_jobs(*, worker: str | None = None, queue: str | None = None) -> list[Job]:
@@ -29,10 +30,13 @@ def due_queues(now: dt.datetime | None = None) -> list[str]:
 
 
 def make_due(queue: str | None = None, now: dt.datetime | None = None) -> int:
-    """Scheduled and retryable jobs (of ``queue``) become available now; returns how many."""
+    """Scheduled and retryable jobs (of ``queue``) become available now; returns how many.
+
+    Jobs of paused queues are left alone: they would not be run anyway.
+    """
     now = now or vendor.now()
     query = Job.objects.using(vendor.alias()).filter(
-        state__in=(JobState.SCHEDULED, JobState.RETRYABLE))
+        state__in=(JobState.SCHEDULED, JobState.RETRYABLE)).exclude(queue__in=paused_queues())
     if queue is not None:
         query = query.filter(queue=queue)
     with vendor.atomic():

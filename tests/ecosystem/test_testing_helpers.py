@@ -126,10 +126,14 @@ def test_drain_counts_cancellations_and_skips_paused_queues(db, insert_job):
     insert_job(workers.Canceller, {"victim": victim.id.hex})
     assert drain_queue() == DrainResult(completed=1, cancelled=1)
     insert_job(core.Succeed, queue="emails")
+    later = insert_job(core.Succeed, queue="emails", schedule_in=60)
     kathikon.pause_queue("emails")
     assert drain_queue("emails") == DrainResult()
+    assert drain_queue(with_scheduled=True) == DrainResult()
+    assert kathikon.fetch(later.id).state == "scheduled"
     kathikon.resume_queue("emails")
     assert drain_queue("emails") == DrainResult(completed=1)
+    assert drain_queue("emails", with_scheduled=True) == DrainResult(completed=1)
 
 
 def test_drain_promotes_due_scheduled_jobs(db, insert_job):
