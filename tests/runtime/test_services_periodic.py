@@ -321,3 +321,14 @@ def test_a_service_survives_its_connection_being_killed(postgres_only: None):
     finally:
         heartbeat.stop()
         assert heartbeat.join(5)
+
+
+@pytest.mark.django_db
+def test_stale_and_live_nodes(clock: Clock):
+    storage.register_node("fresh", at=clock.at)
+    storage.register_node("silent", at=clock.at - dt.timedelta(minutes=5))
+    storage.register_node("gone", at=clock.at)
+    storage.mark_node_stopped("gone", at=clock.at)
+    cutoff = clock.at - dt.timedelta(minutes=1)
+    assert {n.name for n in storage.stale_nodes(cutoff)} == {"silent", "gone"}
+    assert [n.name for n in storage.live_nodes(cutoff)] == ["fresh"]
