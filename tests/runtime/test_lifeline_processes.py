@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import uuid
@@ -138,3 +139,36 @@ def test_a_worker_frozen_past_rescue_after_has_its_late_acks_refused(worker_proc
     rescues = list(JobEvent.objects.filter(kind="rescued"))
     assert held <= {event.job_id.hex for event in rescues}
     assert {event.data["node"] for event in rescues} == {"w0"}
+
+
+@pytest.mark.slow
+def test_a_restarted_child_rescues_its_predecessors_jobs_at_once(worker_processes: Any,
+                                                                tmp_path: Path):
+    """``--processes 2 --node pool``: kill -9 of child ``pool-1``; the supervisor restarts it
+    under the same name and, registering, it rescues what its predecessor held — long
+    before RESCUE_AFTER (60 s here) would have."""
+    log = tmp_path / "executions.log"
+    settings = {**SETTINGS, "RESCUE_AFTER": 60}
+    pool = worker_processes.start("--processes", "2", "--node", "pool", settings=settings)
+    for name in ("pool-1", "pool-2"):
+        pool.wait_for_log(f"kathikon worker {name} running", timeout=30)
+    ids = insert_slow(log, 8, seconds=1.0)
+    wait_until(lambda: started_by(log, "pool-1"), timeout=20, message="pool-1 to start a job")
+    node = storage.fetch_node("pool-1")
+    assert node is not None and node.pid
+
+    killed_at = storage.db_now()
+    os.kill(node.pid, signal.SIGKILL)
+    held = {job.id.hex for job in storage.held_jobs("pool-1")}
+    assert held
+
+    wait_until(lambda: all_completed(len(ids)), timeout=25, message="every job to complete")
+    rescues = list(JobEvent.objects.filter(kind="rescued"))
+    assert held <= {event.job_id.hex for event in rescues}
+    assert {event.data["node"] for event in rescues} == {"pool-1"}
+    assert all("restarted" in Job.objects.get(id=event.job_id).errors[0]["message"]
+               for event in rescues)
+    rescue_seconds = max((event.at - killed_at).total_seconds() for event in rescues)
+    sys.stderr.write(f"\nrescue time after kill -9 of a --processes child: "
+                     f"{rescue_seconds:.2f}s (restarted under its name)\n")
+    assert rescue_seconds < 15
