@@ -272,3 +272,13 @@ def test_delete_view_of_a_job_removes_its_history(admin_client_op, mixed_jobs):
     assert not JobEvent.objects.filter(job_id=job.pk).exists()
     running = reverse("admin:kathikon_job_delete", args=[mixed_jobs["running"].pk])
     assert admin_client_op.get(running).status_code == 403
+
+
+def test_overview_auto_refresh(admin_client_op):
+    url = reverse("admin:app_list", args=["kathikon"])
+    assert 'http-equiv="refresh"' not in admin_client_op.get(url).content.decode()
+    html = admin_client_op.get(url, {"refresh": "10"}).content.decode()
+    assert '<meta http-equiv="refresh" content="10">' in html
+    for bad in ("1", "abc", "-5"):
+        assert 'http-equiv="refresh"' not in admin_client_op.get(
+            url, {"refresh": bad}).content.decode()
