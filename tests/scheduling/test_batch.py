@@ -355,3 +355,11 @@ def test_a_held_parent_is_not_taken_for_an_orphaned_claim():
     assert executing_jobs(parent.attempted_by, "parents") == []
     Batch.close(BatchRow.objects.get().id)
     assert kathikon.fetch(parent.id).state == "completed"
+
+
+@pytest.mark.django_db(transaction=True)  # the event loop's thread has its own connection
+def test_an_async_parent_is_held_too():
+    parent = run_parent("tests.scheduling.workers.AsyncOpensBatch")
+    assert parent.state == "running"
+    Batch.close(parent.result["batch"])
+    assert kathikon.fetch(parent.id).state == "completed"

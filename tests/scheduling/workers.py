@@ -46,3 +46,11 @@ class OpensThenFails(kathikon.Worker):
     def perform(self, job):
         Batch.open(job.id, on_complete=None)
         raise RuntimeError("after open")
+
+
+class AsyncOpensBatch(kathikon.Worker):
+    async def perform(self, job):
+        from asgiref.sync import sync_to_async
+
+        batch = await sync_to_async(Batch.open)(job.id, on_complete=None)
+        return {"batch": batch.id}
