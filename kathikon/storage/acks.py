@@ -68,6 +68,9 @@ def ack_jobs(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> set[uuid
     with vendor.atomic():
         if completed and vendor.is_postgres():
             written |= _complete_postgres(completed, now)
+        elif sum(1 for ack in completed if ack.result is None) > 1:
+            written |= _complete_locking([ack for ack in completed if ack.result is None], now)
+            others = [ack for ack in completed if ack.result is not None] + others
         else:
             others = completed + others
         for ack in others:
@@ -95,6 +98,25 @@ def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
             cursor.execute(_PG_COMPLETE, [now, ids, leases, results])
         return {row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(row[0])
                 for row in cursor.fetchall()}
+
+
+def _complete_locking(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
+    """MariaDB/SQLite: completions without a result in two statements, not one per job.
+
+    Lock the batch's rows that are still executing, keep those whose lease
+    matches (the fence), then complete exactly those. Runs inside ack_jobs'
+    transaction (SQLite: the write lock is held from the first statement).
+    """
+    using = vendor.alias()
+    leases = {ack.job.id: ack.job.lease for ack in acks}
+    rows = (Job.objects.using(using).select_for_update()
+            .filter(id__in=list(leases), state__in=EXECUTING_STATES)
+            .values_list("id", "lease"))
+    ids = [pk for pk, lease in rows if leases.get(pk) == lease]
+    if ids:
+        Job.objects.using(using).filter(id__in=ids, state__in=EXECUTING_STATES).update(
+            state=JobState.COMPLETED, completed_at=now, result=None)
+    return set(ids)
 
 
 def _changes(ack: Ack, now: dt.datetime) -> dict[str, Any]:
