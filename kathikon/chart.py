@@ -35,7 +35,7 @@ def throughput_svg(points: Sequence[ThroughputPoint]) -> SafeString:
         parts.append(format_html(
             '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#ccc" stroke-width="1"/>'
             '<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#666">{}</text>',
-            LEFT, WIDTH - RIGHT, _n(y), _n(y), LEFT - 6, _n(y + 4), round(peak * fraction)))
+            LEFT, WIDTH - RIGHT, _n(y), _n(y), LEFT - 6, _n(y + 4), f"{peak * fraction:g}"))
     for index, point in enumerate(points):
         x = LEFT + index * step
         done_h = plot_h * point.completed / peak
