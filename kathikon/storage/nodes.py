@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import DateTimeField, Q
 from django.db.models.expressions import Func
 
 from kathikon.models import Node
@@ -26,8 +26,6 @@ class DatabaseNow(Func):
     template = "CURRENT_TIMESTAMP"
 
     def __init__(self) -> None:
-        from django.db.models import DateTimeField
-
         super().__init__(output_field=DateTimeField())
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
