@@ -78,9 +78,10 @@ def finished_per_minute(since: dt.datetime, queue: str | None = None) -> list[di
 # The last element of the ``errors`` JSON array, per vendor: ``{field}`` is kind, message, at.
 _LAST_ERROR = {
     "postgresql": "({errors} -> -1 ->> '{field}')",
-    "mysql": ("JSON_UNQUOTE(JSON_EXTRACT({errors}, "
-              "CONCAT('$[', JSON_LENGTH({errors}) - 1, '].{field}')))"),
-    "sqlite": "json_extract({errors}, '$[#-1].{field}')",
+    # MySQL rejects the path '$[-1]' of an empty array, hence the CASE.
+    "mysql": ("(CASE WHEN JSON_LENGTH({errors}) > 0 THEN JSON_UNQUOTE(JSON_EXTRACT({errors}, "
+              "CONCAT('$[', JSON_LENGTH({errors}) - 1, '].{field}'))) END)"),
+    "sqlite": "json_extract({errors}, '$[#-1].{field}')",  # SQLite >= 3.31
 }
 
 
