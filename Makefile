@@ -33,7 +33,7 @@ lint: venv
 		|| (echo "models and migrations differ: run makemigrations" && exit 1)
 
 docs: venv
-	@$(PY) -m mkdocs build --strict --quiet --site-dir site
+	@$(PY) -m mkdocs build --strict --site-dir site
 
 bench: venv
 	@$(PY) -m benchmarks
