@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, InterfaceError, connections
 
 from kathikon import conf, signals, storage
 from kathikon.executor import Execution
@@ -93,6 +93,10 @@ class WorkerProcess:
             self._install_signal_handlers()
         try:
             self._start()
+        except _StoppedEarly:
+            logger.info("kathikon worker %s stopped before it started", self.node)
+            return self.exit_code
+        try:
             self.started.set()
             self._main_loop()
         finally:
@@ -106,8 +110,14 @@ class WorkerProcess:
     # -- start -------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        limits = self._queue_limits(storage.queue_rows())
-        storage.register_node(self.node, socket.gethostname(), os.getpid(), limits)
+        limits = self._register()
+        try:
+            self._start_threads(limits)
+        except BaseException:
+            self._shutdown()
+            raise
+
+    def _start_threads(self, limits: dict[str, int]) -> None:
         self.acker.start()
         for name, concurrency in limits.items():
             self._add_dispatcher(name, concurrency)
@@ -117,6 +127,23 @@ class WorkerProcess:
         self._start_services(limits)
         self._banner(limits)
         signals.send(signals.worker_started, Node, node=self.node, queues=limits)
+
+    def _register(self) -> dict[str, int]:
+        """Read the queues and register the node, waiting for the database if it is down."""
+        failures = 0
+        while True:
+            try:
+                limits = self._queue_limits(storage.queue_rows())
+                storage.register_node(self.node, socket.gethostname(), os.getpid(), limits)
+                return limits
+            except (DatabaseError, InterfaceError) as exc:
+                failures += 1
+                delay = min(0.5 * 2 ** min(failures, 6), 30.0)
+                logger.warning("kathikon worker %s: database unavailable at start-up (%s: %s); "
+                               "retrying in %.1fs", self.node, type(exc).__name__, exc, delay)
+                connections[storage.alias()].close()
+                if self._stop.wait(delay):
+                    raise _StoppedEarly from exc
 
     def _queue_limits(self, rows: Mapping[str, Any]) -> dict[str, int]:
         """Queue name → concurrency: the --queues value, else the Queue row's override,
@@ -350,6 +377,10 @@ class WorkerProcess:
             logger.warning("kathikon worker %s: second %s, exiting now; the lifeline rescues "
                            "its jobs", self.node, signal.Signals(signum).name)
             os._exit(1)
+
+
+class _StoppedEarly(Exception):
+    """A stop was requested while waiting for the database at start-up."""
 
 
 def _safely(action: Callable[[], object], what: str) -> None:
