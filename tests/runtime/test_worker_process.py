@@ -225,3 +225,13 @@ def test_worker_second_signal_exits_at_once(worker_processes):
     assert worker.wait(5) == 1
     assert kathikon.fetch(job.id).state == "running"  # left for the lifeline to rescue
     assert "exiting now" in worker.log()
+
+
+def test_worker_burst_runs_scheduled_jobs_that_come_due_while_it_runs(worker_processes):
+    slow = kathikon.insert(SLOW, {"seconds": 2})
+    soon = kathikon.insert(RECORD, {}, schedule_in=1)
+    worker = worker_processes.start("--burst", settings={"POLL_INTERVAL": 5,
+                                                          "SCHEDULER_INTERVAL": 5})
+    assert worker.wait(20) == 0, worker.log()
+    assert kathikon.fetch(slow.id).state == "completed"
+    assert kathikon.fetch(soon.id).state == "completed"  # promoted by the burst itself
