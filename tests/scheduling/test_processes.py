@@ -88,10 +88,10 @@ def test_a_batch_drained_by_several_processes_calls_back_once(worker_processes, 
     specs = [(RECORD, {"n": n}) for n in range(ok)]
     specs += [("testproject.demo.workers.Reject", {}) for _ in range(dead)]
     specs += [(RECORD, {"cancel": True}, {"schedule_in": 3600}) for _ in range(cancelled)]
+    workers = start_workers(worker_processes, process_count(vendor))  # all up: all take part
     batch = Batch.start(None, specs, on_complete=(RECORD, {"callback": True}, {"queue": "emails"}))
     for job in Job.objects.filter(batch_id=batch.id, state="scheduled"):
         kathikon.cancel(job.id)
-    workers = start_workers(worker_processes, process_count(vendor))
     wait_until(lambda: Job.objects.filter(args__callback=True, state="completed").exists(), 60,
                message="the batch callback ran")
     stop(workers)
