@@ -43,7 +43,7 @@ UPDATE kathikon_job
 SET state = %s, attempts = attempts + 1, started_at = %s, attempted_by = %s, lease = lease + 1
 WHERE id IN (
     SELECT id FROM kathikon_job
-    WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %s
+    WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND +available_at <= %s
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %s AND paused)
     ORDER BY priority DESC, available_at
     LIMIT %s)
