@@ -157,6 +157,20 @@ def completion_stats() -> tuple[int, float]:
     return int(count), (last - first).total_seconds()
 
 
+def backend_cpu() -> float:
+    """CPU seconds of the server processes serving the other connections to this database.
+
+    PostgreSQL on this host only (a process per connection); 0 elsewhere.
+    """
+    if vendor_of_connection() != "postgres":
+        return 0.0
+    from benchmarks.procs import cpu_seconds
+
+    rows = execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND pid <> pg_backend_pid()")
+    return sum(cpu_seconds(int(pid)) for (pid,) in rows)
+
+
 def server_info() -> dict[str, str]:
     """Version and the settings that matter for the figures."""
     vendor = vendor_of_connection()

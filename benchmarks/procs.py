@@ -103,3 +103,20 @@ def rss_kib(pid: int) -> int:
 def tree_rss_kib(pid: int) -> int:
     """The summed VmRSS of a worker process and its children."""
     return sum(rss_kib(p) for p in tree(pid))
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    return sum(cpu_seconds(p) for pid in pids for p in tree(pid))

@@ -33,7 +33,7 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], Any], Callable[[Any], b
     ("pickup latency p95", "≤ 10 ms", lambda r: _get(r, "latency", "p95"), lambda v: v <= 10),
     ("large backlog drain", "≥ 80% of the small-backlog rate (1M vs 10k)", lambda r: _ratio(r),
      lambda v: v >= 0.8),
-    ("claim plan", "uses the partial index kathikon_job_claim",
+    ("claim plan", "walks the partial index kathikon_job_claim (no sort)",
      lambda r: _get(r, "backlog", "explain", "uses_claim_index"), bool),
     ("worker memory", "RSS grows < 10% over the drained jobs",
      lambda r: _get(r, "backlog", "large", "rss_growth"), lambda v: v < 0.10),
@@ -134,6 +134,11 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("drain, 2 `kathikon_worker` (jobs/s)",
      lambda r: f"{_rate(_get(r, 'drain', 'p2', 'rate'))} (N={_count(_get(r, 'drain', 'p2', 'n'))})"
      + (" TIMED OUT" if _get(r, "drain", "p2", "timed_out") else "")),
+    ("CPU per job in the 1-process drain: worker / database server (µs)",
+     lambda r: "-" if _get(r, "drain", "p1", "worker_cpu_us_per_job") is None else
+     f"{_get(r, 'drain', 'p1', 'worker_cpu_us_per_job'):,.0f} / "
+     + ("n/a" if _get(r, "drain", "p1", "db_cpu_us_per_job") is None
+        else f"{_get(r, 'drain', 'p1', 'db_cpu_us_per_job'):,.0f}")),
     ("pickup latency, idle worker, p50 / p95 / max (ms)",
      lambda r: f"{_ms(_get(r, 'latency', 'p50'))} / {_ms(_get(r, 'latency', 'p95'))} / "
                f"{_ms(_get(r, 'latency', 'max'))} (N={_get(r, 'latency', 'n')})"),
@@ -146,7 +151,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
                f"{_count(_get(r, 'backlog', 'large', 'completed'))} drained)"),
     ("large / small backlog rate",
      lambda r: "-" if _ratio(r) is None else f"{_ratio(r):.0%}"),
-    ("claim query uses kathikon_job_claim (EXPLAIN)",
+    ("claim walks kathikon_job_claim in order, no sort (EXPLAIN)",
      lambda r: {True: "yes", False: "NO", None: "-"}[_get(r, "backlog", "explain",
                                                           "uses_claim_index")]
      + ("" if _get(r, "backlog", "explain", "execution_ms") is None
