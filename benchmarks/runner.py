@@ -256,9 +256,11 @@ def phase_latency(size: dict[str, Any], progress: Progress, log_dir: Path,
 
 
 def _pct(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of sorted ``values``."""
-    rank = max(1, round(pct / 100 * len(values) + 0.4999))
-    return values[min(rank, len(values)) - 1]
+    """Percentile of sorted ``values`` with linear interpolation (as the peer harness does)."""
+    k = (len(values) - 1) * pct / 100
+    lo = int(k)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 def phase_backlog(size: dict[str, Any], progress: Progress, log_dir: Path,
