@@ -34,7 +34,7 @@ SIZES: dict[tuple[str, str], dict[str, Any]] = {
                                drain_timeout=120, fill_call=50_000),
     ("other", "full"): dict(single=2000, single_reps=3, bulk=10000, bulk_reps=3,
                             storage=10000, drain=10000, latency=50, backlog_small=10000,
-                            backlog_large=100_000, backlog_window=30_000,
+                            backlog_large=100_000, backlog_window=20_000,
                             drain_timeout=90, fill_call=20_000),
     ("postgres", "quick"): dict(single=500, single_reps=1, bulk=5000, bulk_reps=1,
                                 storage=2000, drain=3000, latency=20, backlog_small=2000,
