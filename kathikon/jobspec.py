@@ -60,14 +60,29 @@ class JobRow:
     cron_id: uuid.UUID | None = None
 
     def to_job(self) -> Job:
+        """The unsaved Job; built without ``Model.__init__``'s per-field work when nothing
+        listens to ``pre_init``/``post_init`` (``insert`` returns one per call)."""
+        from django.db.models.base import ModelState
+        from django.db.models.signals import post_init, pre_init
+
         from kathikon.models import Job
 
-        return Job(id=self.id, queue=self.queue, worker=self.worker, args=self.args,
-                   state=self.state, priority=self.priority, max_attempts=self.max_attempts,
-                   attempts=0, scheduled_at=self.scheduled_at, available_at=self.available_at,
-                   inserted_at=self.inserted_at, errors=[], meta=self.meta,
-                   batch_id=self.batch_id, parent_job_id=self.parent_job_id,
-                   cron_id=self.cron_id)
+        given = {"id": self.id, "queue": self.queue, "worker": self.worker, "args": self.args,
+                 "state": self.state, "priority": self.priority,
+                 "max_attempts": self.max_attempts, "attempts": 0,
+                 "scheduled_at": self.scheduled_at, "available_at": self.available_at,
+                 "inserted_at": self.inserted_at, "errors": [], "meta": self.meta,
+                 "batch_id": self.batch_id, "parent_job_id": self.parent_job_id,
+                 "cron_id": self.cron_id}
+        if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+            return Job(**given)
+        job = Job.__new__(Job)
+        values = job.__dict__
+        values["_state"] = ModelState()
+        for field in Job._meta.concrete_fields:  # field order, defaults as __init__ applies
+            name = field.attname
+            values[name] = given[name] if name in given else field.get_default()
+        return job
 
 
 def worker_class(worker: Any) -> tuple[str, type[Worker]]:

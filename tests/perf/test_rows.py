@@ -53,3 +53,36 @@ def test_jobs_from_rows_match_the_orm(postgres_only, with_receiver):
     again = jobs_from_rows(_raw_rows(), connection.alias)
     assert again[1].args == {} and again[1].errors == []
     built[0].save(update_fields=["priority"])  # a normal model instance
+
+
+@pytest.mark.parametrize("with_receiver", [False, True], ids=["fast", "pre_init receiver"])
+def test_unsaved_jobs_match_model_init(with_receiver):
+    from django.db.models.signals import pre_init
+
+    from kathikon.jobspec import build_row
+
+    row = build_row(workers.Succeed, {"a": 1}, {"queue": "q", "meta": {"m": 2},
+                                                 "batch_id": "0" * 32})
+    seen = []
+
+    def receiver(sender, **kwargs):
+        seen.append(sender)
+
+    if with_receiver:
+        pre_init.connect(receiver, sender=Job)
+    try:
+        built = row.to_job()
+    finally:
+        pre_init.disconnect(receiver, sender=Job)
+    reference = Job(id=row.id, queue=row.queue, worker=row.worker, args=row.args,
+                    state=row.state, priority=row.priority, max_attempts=row.max_attempts,
+                    attempts=0, scheduled_at=row.scheduled_at, available_at=row.available_at,
+                    inserted_at=row.inserted_at, errors=[], meta=row.meta,
+                    batch_id=row.batch_id, parent_job_id=row.parent_job_id,
+                    cron_id=row.cron_id)
+    assert list(built.__dict__) == list(reference.__dict__)
+    assert {k: v for k, v in built.__dict__.items() if k != "_state"} == {
+        k: v for k, v in reference.__dict__.items() if k != "_state"}
+    assert (built._state.adding, built._state.db) == (True, None)
+    assert built.errors is not reference.errors
+    assert len(seen) == (1 if with_receiver else 0)
