@@ -20,7 +20,7 @@ def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
     if user is None or not (user.has_perm("kathikon.view_job")
                             or user.has_perm("kathikon.view_queue")):
         return {"allowed": False}
-    from kathikon.admin import age
+    from kathikon.admin.common import age
 
     queues = [{**summary.as_dict(), "executing": summary.counts["claimed"]
                + summary.counts["running"], "oldest": age(summary.oldest_available_age)}

@@ -1,0 +1,300 @@
+"""Internal: the job admin — list, filters, read-only detail, retry/cancel/rerun/delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from rangefilter.filters import DateRangeFilterBuilder
+
+from kathikon import conf, dashboard
+from kathikon.admin.common import ActionsMixin, KathikonMedia, pre, state_badge, when
+from kathikon.ids import parse_id
+from kathikon.models import Job
+from kathikon.pagination import EstimatedCountPaginator
+from kathikon.states import EXECUTING_STATES, JobState
+from kathikon.storage import events, reports
+from kathikon.storage import queues as queue_storage
+from kathikon.timeline import job_history
+
+# -- filters ---------------------------------------------------------------------------------
+
+class StateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(JobState.choices)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Queue names from the settings, the queue rows and the jobs (an index skip-scan)."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = (set(conf.queue_names()) | set(queue_storage.queue_rows())
+                 | set(reports.distinct_values("queue")))
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class WorkerFilter(admin.SimpleListFilter):
+    title = "worker"
+    parameter_name = "worker"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name.rsplit(".", 1)[-1]) for name in reports.distinct_values("worker")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        return queryset.filter(worker=self.value()) if self.value() else queryset
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+@admin.register(Job)
+class JobAdmin(ActionsMixin):
+    list_display = ("job_id", "worker_name", "queue", "state_display", "priority",
+                    "attempts_display", "inserted", "due", "finished")
+    list_display_links = ("job_id",)
+    list_filter = (StateFilter, QueueFilter, WorkerFilter,
+                   ("inserted_at", DateRangeFilterBuilder(title="inserted")),
+                   ("completed_at", DateRangeFilterBuilder(title="finished")))
+    search_fields = ("id", "worker", "args")
+    search_help_text = "A job id (hex), or part of a worker path or of the arguments."
+    ordering = ("-id",)
+    sortable_by = ()
+    list_per_page = 50
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    actions = ["retry_jobs", "cancel_jobs", "rerun_jobs", "delete_selected"]
+    fieldsets = (
+        (None, {"fields": ("job_id", "worker", "queue", "state_display", "priority",
+                           "attempts_display", "attempted_by")}),
+        ("Times", {"fields": ("inserted_at", "scheduled_at", "available_at", "started_at",
+                              "completed_at", "cancelled_at")}),
+        ("Arguments and result", {"fields": ("args_display", "result_display", "meta_display",
+                                             "related")}),
+        ("Errors", {"fields": ("errors_display",)}),
+        ("History", {"fields": ("history_display",)}),
+    )
+    readonly_fields = ("job_id", "worker", "queue", "state_display", "priority",
+                       "attempts_display", "attempted_by", "inserted_at", "scheduled_at",
+                       "available_at", "started_at", "completed_at", "cancelled_at",
+                       "args_display", "result_display", "meta_display", "related",
+                       "errors_display", "history_display")
+    Media = KathikonMedia
+
+    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per filter choice
+
+    # Jobs are changed by actions only, never edited as free text.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.state in EXECUTING_STATES:
+            return False
+        return self.destructive() and super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        # The "Delete" button of a job's page: same rules as the action (history goes too,
+        # a job that started executing meanwhile is kept).
+        self.report_result(request, dashboard.delete_jobs([obj.pk]), "Deleted", "delete")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self.report_result(request, dashboard.delete_jobs(_ids(queryset)), "Deleted", "delete")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self.destructive() and request.user.has_perm("kathikon.retry_job")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return self.destructive() and request.user.has_perm("kathikon.cancel_job")
+
+    def has_rerun_permission(self, request: HttpRequest) -> bool:
+        return self.destructive() and request.user.has_perm("kathikon.rerun_job")
+
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        # With a date range on inserted_at/completed_at, walk that column's index (newest
+        # first) instead of the primary key: PostgreSQL would otherwise scan ids backwards
+        # through every newer job to find the range.
+        for column in ("completed_at", "inserted_at"):
+            if any(key.startswith(f"{column}__range") and value
+                   for key, value in request.GET.items()):
+                return (f"-{column}", "-id")
+        return ("-id",)
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
+                           search_term: str) -> tuple[QuerySet[Job], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        pk = parse_id(term) if len(term.replace("-", "")) == 32 else None
+        if pk is not None:
+            return queryset.filter(pk=pk), False
+        return queryset.filter(Q(worker__icontains=term) | Q(args__icontains=term)), False
+
+    # -- actions -------------------------------------------------------------------------
+
+    @admin.action(description="Retry selected jobs now", permissions=["retry"])
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self.report_result(request, dashboard.retry_jobs(_ids(queryset)), "Retried", "retry")
+
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self.report_result(request, dashboard.cancel_jobs(_ids(queryset)), "Cancelled", "cancel")
+
+    @admin.action(description="Rerun selected jobs (as new jobs)", permissions=["rerun"])
+    def rerun_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self.report_result(request, dashboard.rerun_jobs(_ids(queryset)), "Reran", "rerun")
+
+    # Named like Django's site-wide action so it replaces it: ours refuses executing
+    # jobs and deletes their history too.
+    @admin.action(description="Delete selected jobs", permissions=["delete"])
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self.report_result(request, dashboard.delete_jobs(_ids(queryset)), "Deleted", "delete")
+
+    # -- one job's page: action buttons post here ----------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        urls = [path("<path:object_id>/act/<str:action>/",
+                     self.admin_site.admin_view(self.job_action_view),
+                     name="kathikon_job_action")]
+        return [*urls, *super().get_urls()]
+
+    def job_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        actions = self.get_actions(request)
+        if action not in self.known_actions():
+            raise PermissionDenied(f"unknown action {action!r}")
+        if action not in actions:
+            raise PermissionDenied(f"you may not run the action {action!r}")
+        job = get_object_or_404(self.get_queryset(request), pk=parse_id(object_id))
+        getattr(self, action)(request, self.get_queryset(request).filter(pk=job.pk))
+        if action == "delete_selected" and not Job.objects.filter(pk=job.pk).exists():
+            return HttpResponseRedirect(reverse("admin:kathikon_job_changelist"))
+        return HttpResponseRedirect(reverse("admin:kathikon_job_change", args=[job.pk]))
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
+                           *args: Any, **kwargs: Any) -> Any:
+        obj = context.get("original")
+        if obj is not None:
+            available = self.get_actions(request)
+            context["kathikon_actions"] = [
+                {"name": name, "label": label, "url": reverse(
+                    "admin:kathikon_job_action", args=[obj.pk.hex, name])}
+                for name, label in (("retry_jobs", "Retry now"), ("cancel_jobs", "Cancel"),
+                                    ("rerun_jobs", "Rerun as a new job"),
+                                    ("delete_selected", "Delete"))
+                if name in available and _applies(name, obj)]
+        return super().render_change_form(request, context, *args, **kwargs)
+
+    # -- columns -------------------------------------------------------------------------
+
+    @admin.display(description="id", ordering="id")
+    def job_id(self, job: Job) -> SafeString:
+        return format_html('<code class="kathikon-id">{}</code>', job.id.hex)
+
+    @admin.display(description="worker")
+    def worker_name(self, job: Job) -> SafeString:
+        return format_html('<span title="{}">{}</span>', job.worker,
+                           job.worker.rsplit(".", 1)[-1])
+
+    @admin.display(description="state")
+    def state_display(self, job: Job) -> SafeString:
+        return state_badge(job.state)
+
+    @admin.display(description="attempts")
+    def attempts_display(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="inserted")
+    def inserted(self, job: Job) -> str:
+        return when(job.inserted_at)
+
+    @admin.display(description="due")
+    def due(self, job: Job) -> str:
+        if job.state == JobState.SCHEDULED:
+            return f"scheduled {when(job.available_at)}"
+        if job.state in (JobState.AVAILABLE, JobState.RETRYABLE):
+            return when(job.available_at)
+        return "—"
+
+    @admin.display(description="finished")
+    def finished(self, job: Job) -> str:
+        return when(job.completed_at)
+
+    # -- detail sections -----------------------------------------------------------------
+
+    @admin.display(description="arguments")
+    def args_display(self, job: Job) -> SafeString:
+        return pre(job.args)
+
+    @admin.display(description="result")
+    def result_display(self, job: Job) -> SafeString:
+        return pre(job.result)
+
+    @admin.display(description="meta")
+    def meta_display(self, job: Job) -> SafeString:
+        return pre(job.meta)
+
+    @admin.display(description="related")
+    def related(self, job: Job) -> SafeString:
+        links = []
+        for label, pk, name in (("parent job", job.parent_job_id, "kathikon_job_change"),
+                                ("batch", job.batch_id, "kathikon_batch_change"),
+                                ("cron schedule", job.cron_id, "kathikon_cronschedule_change")):
+            if pk is not None:
+                links.append(format_html('{}: <a href="{}">{}</a>', label,
+                                         reverse(f"admin:{name}", args=[pk]), pk.hex))
+        rerun_of = (job.meta or {}).get("rerun_of")
+        if rerun_of:
+            links.append(format_html('rerun of: <a href="{}">{}</a>',
+                                     reverse("admin:kathikon_job_change", args=[rerun_of]),
+                                     rerun_of))
+        return format_html("{}", SafeString("<br>".join(links))) if links else SafeString("—")
+
+    @admin.display(description="errors")
+    def errors_display(self, job: Job) -> SafeString:
+        return SafeString(render_to_string("admin/kathikon/job/errors.html",
+                                           {"errors": list(reversed(job.errors or []))}))
+
+    @admin.display(description="history")
+    def history_display(self, job: Job) -> SafeString:
+        history = job_history(job, events.events_for(job.id))
+        rows = [{"at": item["at"], "event": item["event"],
+                 "details": ", ".join(f"{key}: {value}" for key, value in item.items()
+                                      if key not in ("at", "event") and value not in (None, ""))}
+                for item in history]
+        return SafeString(render_to_string("admin/kathikon/job/history.html", {"rows": rows}))
+
+
+def _ids(queryset: QuerySet[Job]) -> list[Any]:
+    return list(queryset.order_by().values_list("pk", flat=True))
+
+
+def _applies(action: str, job: Job) -> bool:
+    state = job.state
+    return {
+        "retry_jobs": state not in (*EXECUTING_STATES, JobState.AVAILABLE),
+        "cancel_jobs": state in (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE),
+        "rerun_jobs": state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED),
+        "delete_selected": state not in EXECUTING_STATES,
+    }[action]
