@@ -21,14 +21,15 @@ def job_history(job: Job, events: list[JobEvent]) -> list[dict[str, Any]]:
                                     "queue": job.queue}]
     if job.scheduled_at is not None:
         items.append({"event": "scheduled", "at": job.inserted_at, "for": job.scheduled_at})
+    # Before the errors: at equal times the start of an attempt comes before its failure.
+    if job.started_at is not None:
+        items.append({"event": "started", "at": job.started_at, "attempt": job.attempts,
+                      "node": job.attempted_by})
     for error in job.errors:
         at = parse_datetime(error.get("at", "")) if isinstance(error.get("at"), str) else None
         items.append({"event": "failed", "at": at or job.inserted_at,
                       "attempt": error.get("attempt"), "kind": error.get("kind"),
                       "message": error.get("message")})
-    if job.started_at is not None:
-        items.append({"event": "started", "at": job.started_at, "attempt": job.attempts,
-                      "node": job.attempted_by})
     finished: dict[str, str] = {JobState.COMPLETED: "completed", JobState.DEAD: "dead"}
     if job.state in finished and job.completed_at is not None:
         items.append({"event": finished[job.state], "at": job.completed_at})
