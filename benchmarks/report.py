@@ -112,6 +112,20 @@ def _cell(results: dict[str, Any] | None, fn: Callable[[dict[str, Any]], str]) -
         return "-"
 
 
+def _measured(name: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if name == "large backlog drain":
+        return f"{value:.0%}"
+    if name == "worker memory":
+        return f"{value:+.1%}"
+    if "latency" in name:
+        return f"{value:.1f} ms"
+    return f"{value:,.0f}/s"
+
+
 def _rss(r: dict[str, Any]) -> str:
     large = _get(r, "backlog", "large")
     if not large or not large.get("rss_warm_kib"):
@@ -178,11 +192,11 @@ def targets(results: dict[str, Any]) -> str:
     pg = results["vendors"].get("postgres")
     if pg is None:
         return "(PostgreSQL was not run: the targets are PostgreSQL figures.)"
-    lines = ["| target (PostgreSQL) | goal | holds |", "|---|---|---|"]
+    lines = ["| target (PostgreSQL) | goal | measured | holds |", "|---|---|---:|---|"]
     for name, goal, value_of, passes in TARGETS:
         value = value_of(pg)
         holds = "not run" if value is None else ("yes" if passes(value) else "**no**")
-        lines.append(f"| {name} | {goal} | {holds} |")
+        lines.append(f"| {name} | {goal} | {_measured(name, value)} | {holds} |")
     return "\n".join(lines)
 
 
