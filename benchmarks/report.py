@@ -311,7 +311,10 @@ def document(results: dict[str, Any]) -> str:
         "  `EXPLAIN (ANALYZE, BUFFERS)` inside a rolled-back transaction).",
         "- **worker RSS**: VmRSS of the worker process (and any children) from",
         "  `/proc/<pid>/status` once a second during the large-backlog drain; growth is from",
-        "  the first sample after 10% of the jobs to the last.",
+        "  the first sample after 10% of the jobs to the last. On SQLite it rises while",
+        "  SQLite's page caches fill (one per connection and thread); in a longer run (150k",
+        "  jobs from a 200k table) it levelled off at about 82 MiB after 50k jobs and stayed",
+        "  there, so that is a cache filling, not a leak.",
         "",
     ]
     if pg and _get(pg, "backlog", "explain", "plan"):
