@@ -2,7 +2,9 @@
 """`make demo`: migrate the SQLite testproject, enqueue example jobs, run a real worker, show them.
 
 The jobs: one that succeeds, one that fails twice then succeeds, one that
-always fails (and goes dead), one that snoozes, one scheduled for later.
+always fails (and goes dead), one that snoozes, one scheduled for later; then a
+batch whose callback gets its children's counts, and a cron schedule whose due
+tick the worker fires.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,6 +45,7 @@ def main() -> int:
     }
     for label, job in jobs.items():
         print(f"   {job.id.hex}  {label:<28} {job.worker}")
+    batch, schedule = _scheduling_examples(workers)
 
     print("== running `manage.py kathikon_worker --burst` until nothing is due", flush=True)
     import subprocess
@@ -61,9 +65,51 @@ def main() -> int:
         if job.state == "scheduled":
             detail = f"due at {job.available_at:%H:%M:%S} UTC"
         print(f"   {label:<28} {job.state:<10} {job.attempts:>4}/{job.max_attempts:<3}  {detail}")
+    _show_scheduling_examples(kathikon, batch, schedule)
     print("\nNext: `make test`, the docs in docs/, and the admin "
           "(testproject/manage.py runserver).")
     return 0
+
+
+def _scheduling_examples(workers: Any) -> tuple[Any, Any]:
+    """A batch whose callback gets the children's counts, and a cron schedule (docs/cron.md)."""
+    import datetime as dt
+
+    from kathikon import Batch, cron
+    from kathikon.models import CronSchedule
+
+    children = [(workers.Greet, {"name": f"child {n}"}) for n in range(3)]
+    batch = Batch.start(None, [*children, (workers.Reject, {})],
+                        on_complete=(workers.Greet, {"name": "batch callback"}))
+    print(f"   {batch.id}  batch of {batch.total} children     then Greet once, with their counts")
+    CronSchedule.objects.all().delete()
+    schedule = cron.insert(workers.Greet, {"name": "cron"}, cron="* * * * *",
+                           timezone="Europe/Berlin", name="demo-every-minute")
+    # As if it had been created a minute ago, so its tick for this minute is due now.
+    assert schedule.next_fire_at is not None
+    tick = schedule.next_fire_at - dt.timedelta(minutes=1)
+    CronSchedule.objects.filter(pk=schedule.pk).update(next_fire_at=tick)
+    print(f"   {schedule.id.hex}  cron '* * * * *' (Berlin)   tick {tick:%H:%M} UTC is due")
+    return batch, schedule
+
+
+def _show_scheduling_examples(kathikon: Any, batch: Any, schedule: Any) -> None:
+    from zoneinfo import ZoneInfo
+
+    from kathikon import Batch, cron
+
+    info = Batch.fetch(batch.id)
+    print(f"== the batch: {info.status}; children {info.counts['completed']} completed, "
+          f"{info.counts['dead']} dead")
+    if info.callback_job_id:
+        callback = kathikon.fetch(info.callback_job_id)
+        print(f"   its callback ran once ({callback.state}) with args {callback.args}")
+    schedule = cron.fetch(schedule.id)
+    for job in schedule.jobs.order_by("scheduled_at"):
+        print(f"== the cron schedule enqueued job {job.id.hex} for its {job.scheduled_at:%H:%M} "
+              f"UTC tick: {job.state}")
+    local = schedule.next_fire_at.astimezone(ZoneInfo(schedule.timezone))
+    print(f"   next tick {local:%H:%M %Z}; see `kathikon.cron.list()` and the admin")
 
 
 if __name__ == "__main__":
