@@ -56,10 +56,11 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     batch = models.ForeignKey("Batch", null=True, blank=True, on_delete=models.DO_NOTHING,
                               db_constraint=False, db_index=False, related_name="jobs")
+    # Indexed below: partial for parent_job; cron by the unique (cron, scheduled_at) key.
     parent_job = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING,
-                                   db_constraint=False, related_name="children")
+                                   db_constraint=False, db_index=False, related_name="children")
     cron = models.ForeignKey("CronSchedule", null=True, blank=True, on_delete=models.DO_NOTHING,
-                             db_constraint=False, related_name="jobs")
+                             db_constraint=False, db_index=False, related_name="jobs")
     attempted_by = models.CharField(max_length=255, blank=True, default="")
     lease = models.BigIntegerField(default=0, help_text="Fencing token: bumped at every claim.")
     meta = models.JSONField(default=dict, blank=True)
@@ -88,6 +89,9 @@ class Job(models.Model):
             # database has partial indexes).
             PartialIndex(fields=["batch", "state"], where=Q(batch__isnull=False),
                          name="kathikon_job_batch_state"),
+            # Batches and reruns look children up by parent; most jobs have none.
+            PartialIndex(fields=["parent_job"], where=Q(parent_job__isnull=False),
+                         name="kathikon_job_parent"),
             # The lifeline: executing jobs by node.
             PartialIndex(fields=["attempted_by"], where=Q(state__in=["claimed", "running"]),
                          name="kathikon_job_executing"),
