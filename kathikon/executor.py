@@ -9,6 +9,7 @@ that a burst of completions costs one statement.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import logging
 import time
@@ -99,11 +100,24 @@ def fail_job(job: Job, exc: Exception, *, duration: float = 0.0) -> Execution:
     return _failed(job, cls(), exc, time.perf_counter() - duration, _queue_time(job))
 
 
-def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
-    """Call ``perform``; coroutines run on the process's event loop with ``timeout``."""
-    import inspect
+_async_workers: dict[type[Worker], bool] = {}
 
-    if inspect.iscoroutinefunction(worker.perform):
+
+def is_async_worker(cls: type[Worker]) -> bool:
+    """Whether ``cls.perform`` is ``async def`` (looked up once per class, not per job)."""
+    found = _async_workers.get(cls)
+    if found is None:
+        found = _async_workers[cls] = inspect.iscoroutinefunction(cls.perform)
+    return found
+
+
+def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
+    """Call ``perform``; coroutines run on the process's event loop with ``timeout``.
+
+    A synchronous ``perform`` cannot be interrupted: its timeout is the runtime's
+    watchdog (kathikon.runtime.dispatcher).
+    """
+    if is_async_worker(type(worker)):
         from kathikon.runtime.loop import run_coroutine
 
         return run_coroutine(worker.perform(job), timeout)

@@ -18,18 +18,16 @@ cancelled by ``asyncio.wait_for`` in the process's event loop.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import queue as queues
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connections
 
 from kathikon.exceptions import KathikonError
-from kathikon.executor import JobTimeout, fail_job, run_job
+from kathikon.executor import JobTimeout, fail_job, is_async_worker, run_job
 from kathikon.jobspec import worker_class
 from kathikon.models import Job
 from kathikon.runtime.acker import Acker, _reset_connection
@@ -311,7 +309,7 @@ class Dispatcher:
                     continue
                 _close_unusable_connections()  # as at the start of a request
                 try:
-                    execution = run_job(job, invoke=None if slot.is_async else _perform)
+                    execution = run_job(job)
                 except BaseException as exc:  # SystemExit from perform, or a bug: not a thread
                     logger.exception("kathikon: running job %s escaped the executor", job.id.hex)
                     error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
@@ -351,16 +349,11 @@ class Dispatcher:
         if cached is None:
             try:
                 _, cls = worker_class(job.worker)
-                cached = (cls.timeout, inspect.iscoroutinefunction(cls.perform))
+                cached = (cls.timeout, is_async_worker(cls))
             except KathikonError:
                 cached = (None, False)  # run_job records the unknown worker
             self._timeouts[job.worker] = cached
         return cached
-
-
-def _perform(worker: Any, job: Job) -> Any:
-    """Call a synchronous ``perform`` (its timeout is the dispatcher's watchdog)."""
-    return worker.perform(job)
 
 
 def _close_unusable_connections() -> None:
