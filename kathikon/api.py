@@ -10,23 +10,13 @@ import datetime as dt
 import os
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from kathikon import conf, signals, storage
 from kathikon.exceptions import InvalidJob, KathikonError
-from kathikon.jobspec import build_row, worker_class
+from kathikon.jobspec import InsertResult, build_row, unpack_spec, worker_class
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
-
-
-@dataclass(frozen=True)
-class InsertResult:
-    """What ``insert_many`` did: how many jobs, their ids (hex), and the specs it refused."""
-
-    inserted: int
-    ids: list[str] = field(default_factory=list)
-    errors: list[tuple[int, str]] = field(default_factory=list)
 
 
 def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None = None,
@@ -61,7 +51,7 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> Ins
     now = storage.vendor.now()
     for index, spec in enumerate(specs):
         try:
-            worker, args, options = _unpack(spec)
+            worker, args, options = unpack_spec(spec)
             rows.append(build_row(worker, args, options, now))
         except InvalidJob as exc:
             errors.append((index, str(exc)))
@@ -76,15 +66,6 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> Ins
         for row in rows:
             run_inline(row.to_job())
     return InsertResult(inserted=len(rows), ids=[row.id.hex for row in rows], errors=errors)
-
-
-def _unpack(spec: Any) -> tuple[Any, Any, dict[str, Any]]:
-    if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
-        raise InvalidJob("a spec is (worker, args) or (worker, args, options)", key="spec")
-    options = spec[2] if len(spec) == 3 else {}
-    if not isinstance(options, dict):
-        raise InvalidJob("a spec's options must be a dict", key="options")
-    return spec[0], spec[1], options
 
 
 def fetch(job_id: object) -> Job:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from kathikon import signals
 from kathikon.exceptions import BatchClosed, InvalidJob, JobNotFound
 from kathikon.ids import parse_id
-from kathikon.jobspec import JobRow, build_row, worker_class
+from kathikon.jobspec import InsertResult, JobRow, build_row, unpack_spec, worker_class
 from kathikon.models import Batch as BatchRow
 from kathikon.models import Job
 from kathikon.states import TERMINAL_STATES, JobState
@@ -52,7 +52,6 @@ from kathikon.storage import batches as store
 from kathikon.storage import insert_jobs, vendor
 
 if TYPE_CHECKING:
-    from kathikon.api import InsertResult
     from kathikon.executor import Execution
 
 logger = logging.getLogger("kathikon")
@@ -122,8 +121,6 @@ class Batch:
     @classmethod
     def append(cls, batch_id: object, specs: Iterable[Sequence[Any]]) -> InsertResult:
         """Add children to an open batch (all or none); ``BatchClosed`` once it is closed."""
-        from kathikon.api import InsertResult
-
         specs = list(specs)
         with vendor.atomic():
             row = store.fetch_batch(batch_id, lock=True)  # close() waits for us, or we for it
@@ -231,13 +228,11 @@ def _callback(on_complete: Sequence[Any] | None) -> dict[str, Any]:
 
 
 def _insert_children(batch: BatchRow, specs: list[Sequence[Any]]) -> list[JobRow]:
-    from kathikon.api import _unpack
-
     now = vendor.now()
     rows = []
     for index, spec in enumerate(specs):
         try:
-            worker, args, options = _unpack(spec)
+            worker, args, options = unpack_spec(spec)
             if {"batch_id", "parent_job_id"} & set(options):
                 raise InvalidJob("batch children get batch_id and parent_job_id from the batch",
                                  key="batch_id")

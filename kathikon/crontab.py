@@ -109,11 +109,6 @@ def zone(name: object) -> zoneinfo.ZoneInfo:
                               "'Europe/Berlin')") from None
 
 
-def follows_elapsed_time(expression: str) -> bool:
-    """True when the hour field is ``*``: the schedule runs by elapsed time across DST."""
-    return validate(expression).split(" ")[1] == "*"
-
-
 def next_tick(expression: str, tz: str | dt.tzinfo, after: dt.datetime) -> dt.datetime:
     """The first tick strictly after the aware datetime ``after``, in UTC."""
     if after.tzinfo is None:

@@ -1,6 +1,6 @@
 """Internal: validate a worker, args and options and turn them into an unsaved job row.
 
-Shared by ``insert``, ``insert_many``, ``Job.build``, batches and cron so every
+Shared by ``insert``, ``insert_many``, batches, cron and the testing helpers so every
 path validates the same way and names the offending key.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
@@ -79,10 +79,29 @@ class JobRow:
         job = Job.__new__(Job)
         values = job.__dict__
         values["_state"] = ModelState()
-        for field in Job._meta.concrete_fields:  # field order, defaults as __init__ applies
-            name = field.attname
-            values[name] = given[name] if name in given else field.get_default()
+        for column in Job._meta.concrete_fields:  # field order, defaults as __init__ applies
+            name = column.attname
+            values[name] = given[name] if name in given else column.get_default()
         return job
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """What ``insert_many`` did: how many jobs, their ids (hex), and the specs it refused."""
+
+    inserted: int
+    ids: list[str] = field(default_factory=list)
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+def unpack_spec(spec: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """``(worker, args, options)`` of an ``insert_many`` or batch spec; ``InvalidJob`` if not."""
+    if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
+        raise InvalidJob("a spec is (worker, args) or (worker, args, options)", key="spec")
+    options = spec[2] if len(spec) == 3 else {}
+    if not isinstance(options, dict):
+        raise InvalidJob("a spec's options must be a dict", key="options")
+    return spec[0], spec[1], options
 
 
 def worker_class(worker: Any) -> tuple[str, type[Worker]]:
@@ -192,10 +211,6 @@ def build_row(worker: Any, args: Any, options: dict[str, Any],
         batch_id=_ref(options, "batch_id"), parent_job_id=_ref(options, "parent_job_id"),
         cron_id=_ref(options, "cron_id"),
     )
-
-
-def build_job(worker: Any, args: Any, options: dict[str, Any]) -> Job:
-    return build_row(worker, args, options).to_job()
 
 
 def _option(options: dict[str, Any], key: str, default: Any) -> Any:

@@ -7,30 +7,15 @@ Query sets hold named filters only; every state change goes through
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from django.db import models
 from django.db.models import Q
 
 from kathikon.ids import new_id
 from kathikon.indexes import PartialIndex
-from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, TERMINAL_STATES, JobState
+from kathikon.states import CLAIMABLE_STATES, TERMINAL_STATES, JobState
 
 __all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue"]
-
-
-class JobQuerySet(models.QuerySet["Job"]):
-    def claimable(self, now: dt.datetime) -> JobQuerySet:
-        return self.filter(state__in=CLAIMABLE_STATES, available_at__lte=now)
-
-    def executing(self) -> JobQuerySet:
-        return self.filter(state__in=EXECUTING_STATES)
-
-    def terminal(self) -> JobQuerySet:
-        return self.filter(state__in=TERMINAL_STATES)
-
-    def dead(self) -> JobQuerySet:
-        return self.filter(state=JobState.DEAD)
 
 
 class Job(models.Model):
@@ -65,7 +50,6 @@ class Job(models.Model):
     lease = models.BigIntegerField(default=0, help_text="Fencing token: bumped at every claim.")
     meta = models.JSONField(default=dict, blank=True)
 
-    objects = JobQuerySet.as_manager()
 
     class Meta:
         ordering = ["-id"]
@@ -117,13 +101,6 @@ class Job(models.Model):
     @property
     def hex_id(self) -> str:
         return self.id.hex
-
-    @classmethod
-    def build(cls, worker: Any, args: dict[str, Any] | None = None, **options: Any) -> Job:
-        """An unsaved, validated job (prefer ``kathikon.insert``)."""
-        from kathikon.jobspec import build_job
-
-        return build_job(worker, args, options)
 
     def is_claimable(self, now: dt.datetime) -> bool:
         """True when the job is available or retryable and due at ``now``."""

@@ -1,4 +1,4 @@
-"""insert, insert_many, Job.build: validation, defaults, transactions, statement counts."""
+"""insert, insert_many, build_row: validation, defaults, transactions, statement counts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.utils import timezone
 
 import kathikon
 from kathikon import signals
+from kathikon.jobspec import build_row
 from kathikon.models import Job
 from tests import workers
 
@@ -181,18 +182,18 @@ def test_insert_many_with_scheduled_specs_and_bad_chunk_size():
         kathikon.insert_many([], chunk_size=0)
 
 
-def test_job_build_is_unsaved_and_validated():
-    job = Job.build(workers.Succeed, {"x": 1}, queue="q1", priority=2)
+def test_build_row_makes_an_unsaved_validated_job():
+    job = build_row(workers.Succeed, {"x": 1}, {"queue": "q1", "priority": 2}).to_job()
     assert (job.queue, job.priority, job.worker) == ("q1", 2, "tests.workers.Succeed")
     assert job._state.adding
     assert Job.objects.count() == 0
     with pytest.raises(kathikon.InvalidJob):
-        Job.build(workers.Succeed, {"x": object()})
+        build_row(workers.Succeed, {"x": object()}, {})
 
 
 def test_is_claimable():
     now = timezone.now()
-    job = Job.build(workers.Succeed, {})
+    job = build_row(workers.Succeed, {}, {}).to_job()
     assert job.is_claimable(now + dt.timedelta(seconds=1))
     job.available_at = now + dt.timedelta(seconds=10)
     assert not job.is_claimable(now)

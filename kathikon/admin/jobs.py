@@ -17,9 +17,9 @@ from rangefilter.filters import DateRangeFilterBuilder
 
 from kathikon import conf, dashboard
 from kathikon.admin.common import ActionsMixin, KathikonMedia, pre, state_badge, when
+from kathikon.admin.pagination import EstimatedCountPaginator
 from kathikon.ids import parse_id
 from kathikon.models import Job
-from kathikon.pagination import EstimatedCountPaginator
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import events, reports
 from kathikon.storage import queues as queue_storage

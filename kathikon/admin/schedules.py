@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 
 from kathikon import dashboard
 from kathikon.admin.common import ActionsMixin, KathikonMedia, badge, when
-from kathikon.cronwords import describe
+from kathikon.admin.cronwords import describe
 from kathikon.exceptions import KathikonError
 from kathikon.models import CronSchedule
 

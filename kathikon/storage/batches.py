@@ -14,7 +14,6 @@ follow it, so they serialise instead of deadlocking.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -161,7 +160,3 @@ def complete_held_parent(parent_job_id: uuid.UUID, now: dt.datetime) -> Job | No
         return None
     job.state, job.completed_at, job.meta = JobState.COMPLETED, now, meta
     return job
-
-
-def json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value))

@@ -33,10 +33,6 @@ def atomic() -> AbstractContextManager[None]:
     return transaction.atomic(using=alias())
 
 
-def on_commit(func: object) -> None:
-    transaction.on_commit(func, using=alias())  # type: ignore[arg-type]
-
-
 def now() -> dt.datetime:
     """The time written into rows (the application's clock, aware, UTC)."""
     return timezone.now()

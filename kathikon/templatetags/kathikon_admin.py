@@ -8,7 +8,7 @@ from django import template
 from django.urls import reverse
 
 from kathikon import report
-from kathikon.chart import throughput_svg
+from kathikon.admin.chart import throughput_svg
 
 register = template.Library()
 

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client, override_settings
 from django.urls import reverse
+from django.utils import translation
 
 import kathikon
 from kathikon.models import CronSchedule, Job, Queue
@@ -246,7 +247,11 @@ def test_cron_batch_and_node_pages(admin_client_op, job_factory):
     Node.objects.create(name="host:1", hostname="host", pid=1, queues={"default": 10},
                         started_at=now, heartbeat_at=now)
     html = admin_client_op.get(reverse("admin:kathikon_cronschedule_changelist")).content.decode()
-    assert "at 09:00 on weekdays" in html and ">active</span>" in html
+    assert "At 09:00, Monday through Friday" in html and ">active</span>" in html
+    with translation.override("de"):  # the reading follows the request's language
+        html = admin_client_op.get(
+            reverse("admin:kathikon_cronschedule_changelist")).content.decode()
+    assert "Um 09:00" in html
     response = action(admin_client_op, "admin:kathikon_cronschedule_changelist",
                       "pause_schedules", [schedule.pk])
     assert response.status_code == 302

@@ -6,31 +6,56 @@ import datetime as dt
 
 import pytest
 from django.urls import reverse
+from django.utils import translation
 
-from kathikon.chart import throughput_svg
-from kathikon.cronwords import describe
-from kathikon.pagination import EstimatedCountPaginator
+from kathikon.admin.chart import throughput_svg
+from kathikon.admin.cronwords import describe, locale_for
+from kathikon.admin.pagination import EstimatedCountPaginator
 from kathikon.report import ThroughputPoint
 
 
 @pytest.mark.parametrize("expression, words", [
-    ("* * * * *", "every minute"),
-    ("*/5 * * * *", "every 5 minutes"),
-    ("30 * * * *", "every hour at minute 30"),
-    ("15 */6 * * *", "every 6 hours at minute 15"),
-    ("0 9 * * *", "every day at 09:00"),
-    ("0 8,17 * * *", "every day at 08:00, 17:00"),
-    ("0 9 * * 1-5", "at 09:00 on weekdays"),
-    ("5 4 * * sun", "at 04:05 on Sunday"),
-    ("0 0 1 * *", "at 00:00 on day 1 of the month"),
-    ("0 0 1 1 *", "at 00:00 on day 1 of the month in January"),
-    ("@daily", "every day at 00:00"),
-    ("@hourly", "every hour at minute 0"),
-    ("1-5 * * * *", "1-5 * * * *"),  # unusual: shown as written
-    ("not cron", "not cron"),
+    ("* * * * *", "Every minute"),
+    ("*/5 * * * *", "Every 5 minutes"),
+    ("15 */6 * * *", "At 15 minutes past the hour, every 6 hours"),
+    ("0 9 * * *", "At 09:00"),
+    ("0 0 1 * *", "At 00:00, on day 1 of the month"),
+    ("@daily", "At 00:00"),  # nicknames are expanded first
+    (" @Hourly ", "Every hour"),
+    ("not cron", "not cron"),  # not describable: shown as written
+    ("0 0 * * * *", "0 0 * * * *"),  # six fields are not Kathikon cron
 ])
-def test_cron_in_words(expression, words):
-    assert describe(expression) == words
+def test_cron_in_words_in_english(expression, words):
+    with translation.override("en"):
+        assert describe(expression) == words
+
+
+@pytest.mark.parametrize("expression, words", [
+    ("* * * * *", "Jede Minute"),
+    ("*/15 * * * *", "Alle 15 Minuten"),
+    ("0 9 * * *", "Um 09:00"),
+    ("0 0 1 * *", "Um 00:00, am 1 Tag des Monats"),
+])
+def test_cron_in_words_follows_the_active_language(expression, words):
+    with translation.override("de"):
+        assert describe(expression) == words
+    assert describe(expression, "de-at") == words  # a regional variant reads the same
+    assert describe(expression, "en") != words
+
+
+@pytest.mark.parametrize("language, locale_code", [
+    ("en", "en_US"), ("en-gb", "en_US"), ("de", "de_DE"), ("es", "es_ES"),
+    ("es-mx", "es_MX"), ("pt-br", "pt_PT"), ("zh-hans", "zh_CN"), ("zh-hant", "zh_TW"),
+    ("nb", "nb_NO"), ("fr-ca", "fr_FR"),
+    ("sr-latn", "en_US"), ("ga", "en_US"), (None, "en_US"),  # no such locale: English
+])
+def test_django_language_maps_to_a_cron_descriptor_locale(language, locale_code):
+    assert locale_for(language) == locale_code
+
+
+def test_cron_in_words_without_an_active_language_is_english():
+    with translation.override(None):
+        assert describe("*/5 * * * *") == "Every 5 minutes"
 
 
 def test_chart_has_a_bar_per_busy_minute_and_totals():
