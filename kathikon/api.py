@@ -14,7 +14,7 @@ from typing import Any
 
 from kathikon import conf, signals, storage
 from kathikon.exceptions import InvalidJob, KathikonError
-from kathikon.jobspec import InsertResult, build_row, unpack_spec, worker_class
+from kathikon.jobspec import InsertResult, build_row, checked_delay, unpack_spec, worker_class
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
 
@@ -180,10 +180,7 @@ def schedule(worker: Any, args: dict[str, Any] | None = None, *, at: dt.datetime
         if not isinstance(at, dt.datetime):
             raise InvalidJob(f"at must be an aware datetime, not {at!r}", key="at")
         return insert(worker, args, schedule_at=at, **options).id.hex
-    if (isinstance(in_seconds, bool) or not isinstance(in_seconds, (int, float))
-            or in_seconds < 0):
-        raise InvalidJob(f"in_seconds must be a number >= 0, not {in_seconds!r}",
-                         key="in_seconds")
+    checked_delay(in_seconds, storage.vendor.now(), "in_seconds")  # names in_seconds if bad
     return insert(worker, args, schedule_in=in_seconds, **options).id.hex
 
 

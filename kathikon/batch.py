@@ -96,7 +96,7 @@ class Batch:
 
     @classmethod
     def start(cls, parent_job_id: object, child_specs: Iterable[Sequence[Any]], *,
-              on_complete: Sequence[Any] | None) -> Batch:
+              on_complete: Sequence[Any] | None = None) -> Batch:
         """Open a batch, add the children and close it, in one transaction."""
         parent = _parent_id(parent_job_id)
         callback = _callback(on_complete)
@@ -110,7 +110,7 @@ class Batch:
         return fetch(row.id)
 
     @classmethod
-    def open(cls, parent_job_id: object, *, on_complete: Sequence[Any] | None) -> Batch:
+    def open(cls, parent_job_id: object, *, on_complete: Sequence[Any] | None = None) -> Batch:
         """Open an empty batch; add children with ``append``, then ``close`` it."""
         parent = _parent_id(parent_job_id)
         row = store.insert_batch(parent_job_id=parent, **_callback(on_complete))

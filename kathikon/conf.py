@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,63}\Z")  # \Z: "default\n" is no queue name
 
 DEFAULTS: dict[str, Any] = {
     "QUEUES": {"default": {"concurrency": 10}},
@@ -83,8 +83,9 @@ def _problems(raw: Any) -> list[Problem]:
         found.append(Problem("kathikon.E004", "KATHIKON['SHUTDOWN_GRACE_PERIOD'] must be a "
                              f"number >= 0, not {grace!r}.", "Give a duration in seconds."))
     attempts = values["MAX_ATTEMPTS"]
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        found.append(Problem("kathikon.E005", f"KATHIKON['MAX_ATTEMPTS'] must be an int >= 1, "
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts < 2**31:
+        found.append(Problem("kathikon.E005", "KATHIKON['MAX_ATTEMPTS'] must be an int in "
+                             f"1..{2**31 - 1}, "
                              f"not {attempts!r}.", "Use 1 to never retry."))
     if values["RESULT_STORAGE"] not in ("store", "discard"):
         found.append(Problem("kathikon.E006", "KATHIKON['RESULT_STORAGE'] must be 'store' or "

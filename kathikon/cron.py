@@ -245,8 +245,10 @@ def _fields(values: dict[str, Any]) -> dict[str, Any]:
     timezone = values.get("timezone") or conf.timezone()
     crontab.zone(timezone)
     name = values.get("name")
-    if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 200):
-        raise InvalidSchedule(f"name must be a string of 1-200 characters, not {name!r}")
+    if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 200
+                             or not name.isprintable()):
+        raise InvalidSchedule("name must be 1-200 printable characters (no NUL, control "
+                              f"characters or lone surrogates), not {name!r}")
     for key in ("paused", "catch_up"):
         if key in values and not isinstance(values[key], bool):
             raise InvalidSchedule(f"{key} must be True or False, not {values[key]!r}")

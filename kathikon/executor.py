@@ -63,8 +63,8 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
     try:
         _, cls = worker_class(job.worker)
     except KathikonError as exc:
-        error = _error(job, exc, kind="kathikon.UnknownWorker",
-                       message=f"unknown worker {job.worker!r}: {exc}")
+        # str(exc) already reads "unknown worker '…': why"
+        error = _error(job, exc, kind="kathikon.UnknownWorker", message=str(exc))
         return Execution(job, "discarded", Ack(job, JobState.DEAD, error=error), Worker, exc,
                          0.0, queue_time)
     signals.send(signals.job_started, cls, job=job, queue_time=queue_time)

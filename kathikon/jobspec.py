@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,15 @@ _valid_queues: set[str] = set()  # names that passed QUEUE_NAME (insert_many che
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 # A flat dict of these (str keys) always survives the JSON round trip: no need to check.
 _PLAIN_TYPES = frozenset({str, int, bool, float, type(None)})
+#: Deepest nesting of dicts and lists in args or meta (the top-level dict counts): MariaDB's
+#: JSON_VALID refuses 32 levels, so every database refuses them alike.
+MAX_JSON_DEPTH = 31
+#: The largest value an integer column (max_attempts) holds on every database.
+MAX_INT = 2**31 - 1
+# In the encoder's ASCII output, NUL and surrogates appear only as these escapes (or after a
+# literal backslash, which the exact check then clears).
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|d[89a-f])")
+_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(slots=True)
@@ -105,12 +115,18 @@ def unpack_spec(spec: Any) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def worker_class(worker: Any) -> tuple[str, type[Worker]]:
-    """The dotted path and class of ``worker`` (a Worker subclass or a dotted path)."""
+    """The dotted path and class of ``worker`` (a Worker subclass or a dotted path).
+
+    A class is accepted only if its dotted path imports back to that very class:
+    the worker process knows nothing else, so a class defined in ``__main__``,
+    ``manage.py shell`` or a function, or one that was redefined, is refused here,
+    before anything is written.
+    """
     if isinstance(worker, type) and issubclass(worker, Worker):
         path = worker.path()
-        if "<locals>" in path:
-            raise InvalidJob(f"worker {path} is defined inside a function; workers must be "
-                             "importable by their dotted path", key="worker")
+        if _worker_cache.get(path) is not worker:
+            _check_importable(path, worker)
+            _worker_cache[path] = worker
         return path, worker
     if isinstance(worker, str):
         cls = _worker_cache.get(worker)
@@ -122,51 +138,126 @@ def worker_class(worker: Any) -> tuple[str, type[Worker]]:
                      f"not {worker!r}", key="worker")
 
 
-def dump_args(args: Any) -> tuple[dict[str, Any], str]:
-    """``args`` and its JSON text; ``InvalidJob`` naming the key that does not round-trip."""
+def _check_importable(path: str, cls: type[Worker]) -> None:
+    """``InvalidJob`` saying why a worker process could not import ``cls`` by ``path``."""
+    if "<locals>" in cls.__qualname__:
+        raise InvalidJob(f"worker {path} is defined inside a function; workers must be "
+                         "importable by their dotted path", key="worker")
+    if cls.__module__ in ("__main__", "__mp_main__", "builtins"):
+        raise InvalidJob(
+            f"worker {cls.__qualname__} is defined in {cls.__module__} (a script run directly "
+            "or an interactive shell such as manage.py shell), so a worker process cannot "
+            f"import it as {path!r}; define it in a module of your project and import it "
+            "from there", key="worker")
+    try:
+        found = resolve_worker(path)
+    except InvalidJob as exc:
+        raise InvalidJob(f"worker {cls.__qualname__} cannot be imported by its dotted path: "
+                         f"{exc}", key="worker") from None
+    if found is not cls:
+        raise InvalidJob(
+            f"worker {path!r} imports as a different class than the one given (the class was "
+            "redefined or its module reloaded); a worker process would run the imported one",
+            key="worker")
+
+
+def dump_args(args: Any, key: str = "args") -> tuple[dict[str, Any], str]:
+    """``args`` and its JSON text; ``InvalidJob`` naming the key that does not round-trip
+    or that a database would refuse (NUL, a lone surrogate, too deep a nesting)."""
     if args is None:
         return {}, "{}"
     if not isinstance(args, dict):
-        raise InvalidJob(f"args must be a dict (a JSON object), not {type(args).__name__}",
-                         key="args")
+        raise InvalidJob(f"{key} must be a dict (a JSON object), not {type(args).__name__}",
+                         key=key)
     if not args:
         return args, "{}"
     try:
         text = _ENCODER.encode(args)
+    except RecursionError:
+        raise _too_deep(key) from None
     except (TypeError, ValueError):
-        raise InvalidJob(_bad_arg_message(args), key=_bad_arg_key(args)) from None
-    if not _plain(args) and json.loads(text) != args:
-        raise InvalidJob(_bad_arg_message(args), key=_bad_arg_key(args))
+        raise InvalidJob(_bad_arg_message(args, key), key=_bad_arg_key(args, key)) from None
+    if _SUSPECT_ESCAPE.search(text):
+        _check_text(args, key)
+    if not _plain(args):
+        if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth(args) > MAX_JSON_DEPTH:
+            raise _too_deep(key)
+        if json.loads(text) != args:
+            raise InvalidJob(_bad_arg_message(args, key), key=_bad_arg_key(args, key))
     return args, text
+
+
+def _too_deep(key: str) -> InvalidJob:
+    return InvalidJob(f"{key} is nested more than {MAX_JSON_DEPTH} levels deep (dicts and "
+                      "lists; MariaDB refuses deeper JSON, so every database does)", key=key)
+
+
+def _depth(value: Any) -> int:
+    """How deep dicts and lists nest in ``value`` (a JSON-encodable object); iterative."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > deepest:
+            deepest = level
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children
+                     if isinstance(child, (dict, list, tuple)))
+    return deepest
+
+
+def _check_text(value: Any, key: str) -> None:
+    """``InvalidJob`` for the first string (key or value) holding NUL or a surrogate.
+
+    PostgreSQL refuses both in ``jsonb`` and MariaDB refuses a lone surrogate; a
+    valid pair of surrogate code points would come back as one character.
+    """
+    stack = [(value, key)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            found = _BAD_CHAR.search(item)
+            if found:
+                what = "a NUL character" if found.group() == "\x00" else "a lone surrogate"
+                raise InvalidJob(f"{where} contains {what} ({found.group()!a}), which the "
+                                 "database cannot store", key=where)
+        elif isinstance(item, dict):
+            for name, child in item.items():
+                stack.append((name, f"{where} key {name!a}"))
+                stack.append((child, f"{where}[{name!a}]"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
 
 
 def _plain(args: dict[str, Any]) -> bool:
     """True for a flat dict of str keys and str/int/bool/None/float values (exact types).
 
     Those survive ``dumps`` then ``loads`` unchanged (NaN and infinity were refused
-    by the encoder; float repr round-trips), so the check can be skipped.
+    by the encoder; float repr round-trips; NUL and surrogates were checked), so the
+    check can be skipped.
     """
     plain = _PLAIN_TYPES
     return all(type(key) is str and type(value) in plain for key, value in args.items())
 
 
-def _bad_arg_key(args: dict[str, Any]) -> str:
-    for key, value in args.items():
-        if not isinstance(key, str):
-            return f"args[{key!r}]"
+def _bad_arg_key(args: dict[str, Any], key: str = "args") -> str:
+    for name, value in args.items():
+        if not isinstance(name, str):
+            return f"{key}[{name!r}]"
         try:
-            if json.loads(json.dumps({key: value}, allow_nan=False)) != {key: value}:
-                return f"args[{key!r}]"
-        except (TypeError, ValueError):
-            return f"args[{key!r}]"
-    return "args"
+            if json.loads(json.dumps({name: value}, allow_nan=False)) != {name: value}:
+                return f"{key}[{name!r}]"
+        except (TypeError, ValueError, RecursionError):
+            return f"{key}[{name!r}]"
+    return key
 
 
-def _bad_arg_message(args: dict[str, Any]) -> str:
-    key = _bad_arg_key(args)
-    if key == "args":
-        return "args must survive a JSON round trip"
-    return (f"{key} does not survive a JSON round trip (use str, int, float, bool, None, "
+def _bad_arg_message(args: dict[str, Any], key: str = "args") -> str:
+    bad = _bad_arg_key(args, key)
+    if bad == key:
+        return f"{key} must survive a JSON round trip"
+    return (f"{bad} does not survive a JSON round trip (use str, int, float, bool, None, "
             "and lists or dicts of them with string keys)")
 
 
@@ -195,14 +286,16 @@ def build_row(worker: Any, args: Any, options: dict[str, Any],
     max_attempts = _option(options, "max_attempts", cls.max_attempts)
     if max_attempts is None:
         max_attempts = conf.max_attempts()
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidJob(f"max_attempts must be an int >= 1, not {max_attempts!r}",
+    if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_INT):
+        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_INT}, not {max_attempts!r}",
                          key="max_attempts")
     available_at, scheduled_at = _when(options, now)
     meta = options.get("meta") or {}
     if not isinstance(meta, dict):
         raise InvalidJob("meta must be a dict", key="meta")
-    dump_args(meta)
+    if meta:
+        dump_args(meta, "meta")
     return JobRow(
         id=new_id(), queue=queue, worker=path, args=args, args_json=args_json,
         state=JobState.SCHEDULED if available_at > now else JobState.AVAILABLE,
@@ -224,24 +317,43 @@ def _when(options: dict[str, Any], now: dt.datetime) -> tuple[dt.datetime, dt.da
     if schedule_in is not None and schedule_at is not None:
         raise InvalidJob("give schedule_in or schedule_at, not both", key="schedule_in")
     if schedule_in is not None:
-        if isinstance(schedule_in, dt.timedelta):
-            schedule_in = schedule_in.total_seconds()
-        if (isinstance(schedule_in, bool) or not isinstance(schedule_in, (int, float))
-                or not math.isfinite(schedule_in) or schedule_in < 0):
-            raise InvalidJob(f"schedule_in must be a number of seconds >= 0, not {schedule_in!r}",
-                             key="schedule_in")
-        at = now + dt.timedelta(seconds=schedule_in)
-        return at, (at if schedule_in > 0 else options.get("scheduled_at"))
-    if schedule_at is not None:
-        if not isinstance(schedule_at, dt.datetime) or timezone.is_naive(schedule_at):
-            raise InvalidJob(f"schedule_at must be an aware datetime, not {schedule_at!r}",
-                             key="schedule_at")
-        return max(schedule_at, now), schedule_at
-    scheduled_at = options.get("scheduled_at")
-    if scheduled_at is not None and (not isinstance(scheduled_at, dt.datetime)
-                                     or timezone.is_naive(scheduled_at)):
-        raise InvalidJob("scheduled_at must be an aware datetime", key="scheduled_at")
-    return now, scheduled_at
+        at = now + checked_delay(schedule_in, now, "schedule_in")
+        return at, (at if at > now else _aware(options.get("scheduled_at"), "scheduled_at"))
+    wanted = _aware(schedule_at, "schedule_at")
+    if wanted is not None:
+        return max(wanted, now), wanted
+    return now, _aware(options.get("scheduled_at"), "scheduled_at")
+
+
+def checked_delay(seconds: Any, now: dt.datetime, key: str) -> dt.timedelta:
+    """``seconds`` (a number or a timedelta) as a timedelta that ``now`` plus it can store;
+    ``InvalidJob`` for negatives, NaN, infinity, and moments past the year 9999."""
+    if isinstance(seconds, dt.timedelta):
+        seconds = seconds.total_seconds()
+    if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds) or seconds < 0):
+        raise InvalidJob(f"{key} must be a number of seconds >= 0, not {seconds!r}", key=key)
+    try:
+        step = dt.timedelta(seconds=seconds)
+        (now + step).astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise InvalidJob(f"{key}={seconds!r} seconds from now is past the year 9999, the last "
+                         "moment a database stores", key=key) from None
+    return step
+
+
+def _aware(value: Any, key: str) -> dt.datetime | None:
+    """An aware datetime that stays within years 1..9999 in UTC (or None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime) or timezone.is_naive(value):
+        raise InvalidJob(f"{key} must be an aware datetime, not {value!r}", key=key)
+    try:
+        value.astimezone(dt.timezone.utc)
+    except OverflowError:
+        message = f"{key}={value!r} is outside the years 1..9999 in UTC"
+        raise InvalidJob(message, key=key) from None
+    return value
 
 
 def _ref(options: dict[str, Any], key: str) -> uuid.UUID | None:

@@ -82,27 +82,32 @@ class Worker:
 
 
 def resolve_worker(path: str) -> type[Worker]:
-    """Import the Worker class at ``path``; ``InvalidJob`` if it is not one."""
+    """Import the Worker class at ``path``; ``InvalidJob`` saying why if it is not one."""
     module_name, _, attr = path.rpartition(".")
     if not module_name:
         raise InvalidJob(f"unknown worker {path!r}: not a dotted path", key="worker")
+    missing = object()
     try:
         target: Any = import_module(module_name)
-    except ImportError:
+    except (ImportError, ValueError):
         # The class may be nested (module.Outer.Inner): walk up the path.
         parts = path.split(".")
         for split in range(len(parts) - 1, 0, -1):
             try:
                 target = import_module(".".join(parts[:split]))
-            except ImportError:
+            except (ImportError, ValueError):
                 continue
+            module_name = ".".join(parts[:split])
             for name in parts[split:]:
-                target = getattr(target, name, None)
+                target = getattr(target, name, missing)
             break
         else:
             raise InvalidJob(f"unknown worker {path!r}: module not found", key="worker") from None
     else:
-        target = getattr(target, attr, None)
+        target = getattr(target, attr, missing)
+    if target is missing:
+        raise InvalidJob(f"unknown worker {path!r}: module {module_name!r} has no such name",
+                         key="worker")
     if not (isinstance(target, type) and issubclass(target, Worker)):
         raise InvalidJob(f"unknown worker {path!r}: not a kathikon.Worker subclass", key="worker")
     return target
