@@ -3,6 +3,12 @@
 Django skips the ``WHERE`` of a conditional index on MariaDB/MySQL and warns
 (models.W037) on every check; this index keeps its condition to itself until
 the schema editor says the database supports it.
+
+Without the condition a plain index holds every row, so one that serves a
+hot path can name ``fallback_fields`` for those databases: the condition's
+column first, so that one range scan per matching value still reaches only
+the rows the partial index would hold (the claim index: finished jobs are
+not walked past on every claim).
 """
 
 from __future__ import annotations
@@ -14,13 +20,23 @@ from django.db.models import Q
 
 
 class PartialIndex(models.Index):
-    def __init__(self, *args: Any, where: Q, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, where: Q, fallback_fields: list[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.where = where
+        self.fallback_fields = list(fallback_fields) if fallback_fields else None
 
     def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
         if not schema_editor.connection.features.supports_partial_indexes:
-            return super().create_sql(model, schema_editor, using=using, **kwargs)
+            if not self.fallback_fields:
+                return super().create_sql(model, schema_editor, using=using, **kwargs)
+            orders = self.fields_orders
+            self.fields_orders = [(name.removeprefix("-"), "DESC" if name.startswith("-") else "")
+                                  for name in self.fallback_fields]
+            try:
+                return super().create_sql(model, schema_editor, using=using, **kwargs)
+            finally:
+                self.fields_orders = orders
         self.condition = self.where
         try:
             return super().create_sql(model, schema_editor, using=using, **kwargs)
@@ -30,9 +46,12 @@ class PartialIndex(models.Index):
     def deconstruct(self) -> Any:
         path, args, kwargs = super().deconstruct()
         kwargs["where"] = self.where
+        if self.fallback_fields:
+            kwargs["fallback_fields"] = self.fallback_fields
         return path, args, kwargs
 
     def __eq__(self, other: object) -> bool:
-        return super().__eq__(other) and self.where == getattr(other, "where", None)
+        return (super().__eq__(other) and self.where == getattr(other, "where", None)
+                and self.fallback_fields == getattr(other, "fallback_fields", None))
 
     __hash__ = models.Index.__hash__

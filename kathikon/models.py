@@ -55,8 +55,11 @@ class Job(models.Model):
         ordering = ["-id"]
         indexes = [
             # The claim path: one queue, claimable states, best priority, oldest first.
+            # Without partial indexes (MariaDB/MySQL) the state leads after the queue: the
+            # claim scans each claimable state's range in order and never walks finished jobs.
             PartialIndex(fields=["queue", "-priority", "available_at"],
                          where=Q(state__in=["available", "retryable"]),
+                         fallback_fields=["queue", "state", "-priority", "available_at"],
                          name="kathikon_job_claim"),
             # The promoter: scheduled jobs by due time.
             PartialIndex(fields=["available_at"], where=Q(state="scheduled"),

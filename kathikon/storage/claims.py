@@ -18,7 +18,7 @@ from kathikon.ids import parse_id
 from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
-from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
+from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, jobs_from_rows
 
 _CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 
@@ -91,17 +91,33 @@ def _claim_sqlite(queue: str, limit: int, node: str, into: str, now: dt.datetime
         return list(Job.objects.using(vendor.alias()).filter(id__in=ids).order_by())
 
 
+# MariaDB/MySQL have no partial index: kathikon_job_claim is (queue, state, priority DESC,
+# available_at) there. One locking, ordered range scan per claimable state stops at the limit
+# and never walks finished jobs; the union's best ``limit`` rows are claimed (the extra rows
+# locked by the other branch are released at commit).
+_MYSQL_CLAIM_BRANCH = f"""
+(SELECT {JOB_COLUMNS_MYSQL} FROM kathikon_job FORCE INDEX (kathikon_job_claim)
+ WHERE queue = %s AND state = %s AND available_at <= %s
+ ORDER BY priority DESC, available_at LIMIT %s FOR UPDATE SKIP LOCKED)"""
+_MYSQL_CLAIM = (" UNION ALL ".join([_MYSQL_CLAIM_BRANCH] * len(CLAIMABLE_STATES))
+                + " ORDER BY priority DESC, available_at LIMIT %s")
+
+
 def _claim_locking(queue: str, limit: int, node: str, into: str, now: dt.datetime) -> list[Job]:
-    """MariaDB/MySQL: ``SELECT … FOR UPDATE SKIP LOCKED``, then one UPDATE of those rows."""
+    """MariaDB/MySQL: one ``SELECT … FOR UPDATE SKIP LOCKED`` per state, then one UPDATE."""
     using = vendor.alias()
+    connection = vendor.connection()
     if Queue.objects.using(using).filter(name=queue, paused=True).exists():
         return []
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    params: list[Any] = []
+    for state in CLAIMABLE_STATES:
+        params += [queue, state, stamp, limit]
+    params.append(limit)
     with vendor.atomic():
-        jobs = list(
-            Job.objects.using(using).select_for_update(skip_locked=True)
-            .filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=now)
-            .order_by("-priority", "available_at")[:limit]
-        )
+        with connection.cursor() as cursor:
+            cursor.execute(_MYSQL_CLAIM, params)
+            jobs = jobs_from_rows(cursor.fetchall(), using)
         if not jobs:
             return []
         Job.objects.using(using).filter(id__in=[job.id for job in jobs]).update(

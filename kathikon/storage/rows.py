@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from typing import Any
@@ -16,11 +17,14 @@ _new = Job.__new__
 JOB_FIELDS = [f for f in Job._meta.concrete_fields]
 JOB_ATTNAMES = [f.attname for f in JOB_FIELDS]
 JOB_COLUMNS = ", ".join(f'"{f.column}"' for f in JOB_FIELDS)
+JOB_COLUMNS_MYSQL = ", ".join(f"`{f.column}`" for f in JOB_FIELDS)
 _JSON_POSITIONS = [i for i, f in enumerate(JOB_FIELDS) if f.get_internal_type() == "JSONField"]
 _UUID_POSITIONS = [
     i for i, f in enumerate(JOB_FIELDS)
     if (getattr(f, "target_field", None) or f).get_internal_type() == "UUIDField"
 ]
+_DATETIME_POSITIONS = [i for i, f in enumerate(JOB_FIELDS)
+                       if f.get_internal_type() == "DateTimeField"]
 
 
 def _load_json(text: str) -> Any:
@@ -33,7 +37,10 @@ def _load_json(text: str) -> Any:
 
 
 def jobs_from_rows(rows: list[tuple[Any, ...]], using: str) -> list[Job]:
-    """Job instances from rows selected or returned with ``JOB_COLUMNS`` (PostgreSQL).
+    """Job instances from rows selected or returned with ``JOB_COLUMNS``.
+
+    MariaDB/MySQL hand back datetimes naive (Django stores them in UTC) and UUIDs and
+    JSON as text; they are converted here as the ORM's converters would.
 
     Without ``pre_init``/``post_init`` receivers for Job, the instances are built
     the way ``Model.__init__`` leaves them (attribute values and ``_state``)
@@ -49,6 +56,10 @@ def jobs_from_rows(rows: list[tuple[Any, ...]], using: str) -> list[Job]:
         for i in _UUID_POSITIONS:
             if isinstance(values[i], str):
                 values[i] = uuid.UUID(values[i])
+        for i in _DATETIME_POSITIONS:
+            value = values[i]
+            if value is not None and value.tzinfo is None:
+                values[i] = value.replace(tzinfo=dt.timezone.utc)
         if fast:
             job = _new(Job)
             state = ModelState()
