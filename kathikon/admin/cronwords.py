@@ -15,6 +15,7 @@ from cron_descriptor import (
     ExpressionDescriptor,
     FormatException,
     MissingFieldException,
+    Options,
     WrongArgumentException,
 )
 from django.utils.translation import get_language, to_locale
@@ -41,7 +42,9 @@ def describe(expression: str, language: str | None = None) -> str:
 @functools.lru_cache(maxsize=1024)  # admin lists repeat a few expressions; each read loads a .mo
 def _describe(text: str, locale_code: str) -> str | None:
     try:
-        return ExpressionDescriptor(text, locale_code=locale_code).get_description()
+        # Options built here, not by keywords: its default reads the process locale first.
+        options = Options(locale_code=locale_code)  # 12- or 24-hour clock as the locale uses
+        return ExpressionDescriptor(text, options).get_description()
     except _UNDESCRIBABLE:
         return None
 

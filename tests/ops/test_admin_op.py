@@ -247,7 +247,7 @@ def test_cron_batch_and_node_pages(admin_client_op, job_factory):
     Node.objects.create(name="host:1", hostname="host", pid=1, queues={"default": 10},
                         started_at=now, heartbeat_at=now)
     html = admin_client_op.get(reverse("admin:kathikon_cronschedule_changelist")).content.decode()
-    assert "At 09:00, Monday through Friday" in html and ">active</span>" in html
+    assert "At 09:00 AM, Monday through Friday" in html and ">active</span>" in html
     with translation.override("de"):  # the reading follows the request's language
         html = admin_client_op.get(
             reverse("admin:kathikon_cronschedule_changelist")).content.decode()

@@ -18,9 +18,10 @@ from kathikon.report import ThroughputPoint
     ("* * * * *", "Every minute"),
     ("*/5 * * * *", "Every 5 minutes"),
     ("15 */6 * * *", "At 15 minutes past the hour, every 6 hours"),
-    ("0 9 * * *", "At 09:00"),
-    ("0 0 1 * *", "At 00:00, on day 1 of the month"),
-    ("@daily", "At 00:00"),  # nicknames are expanded first
+    ("0 9 * * *", "At 09:00 AM"),  # en_US reads a 12-hour clock
+    ("30 17 * * *", "At 05:30 PM"),
+    ("0 0 1 * *", "At 12:00 AM, on day 1 of the month"),
+    ("@daily", "At 12:00 AM"),  # nicknames are expanded first
     (" @Hourly ", "Every hour"),
     ("not cron", "not cron"),  # not describable: shown as written
     ("0 0 * * * *", "0 0 * * * *"),  # six fields are not Kathikon cron
@@ -34,6 +35,7 @@ def test_cron_in_words_in_english(expression, words):
     ("* * * * *", "Jede Minute"),
     ("*/15 * * * *", "Alle 15 Minuten"),
     ("0 9 * * *", "Um 09:00"),
+    ("30 17 * * *", "Um 17:30"),  # de_DE reads a 24-hour clock
     ("0 0 1 * *", "Um 00:00, am 1 Tag des Monats"),
 ])
 def test_cron_in_words_follows_the_active_language(expression, words):
