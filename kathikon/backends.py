@@ -41,6 +41,7 @@ import threading
 from inspect import iscoroutinefunction
 from typing import Any
 
+from django.apps import apps
 from django.core import checks
 from django.db import connections
 from django.utils import timezone
@@ -54,7 +55,7 @@ from kathikon.workers import Discard, Outcome, Worker
 
 if not compat.AVAILABLE:  # pragma: no cover - depends on the installed Django
     raise ImportError("kathikon.backends needs Django >= 6.0 (django.tasks) or the "
-                      "django-tasks backport: pip install 'kathikon[tasks]'")
+                      "django-tasks backport >= 0.12: pip install 'kathikon[tasks]'")
 
 STATUS = {
     JobState.SCHEDULED: compat.TaskResultStatus.READY,
@@ -143,6 +144,12 @@ class KathikonBackend(compat.BaseTaskBackend):
         from kathikon import conf
 
         found: list[checks.CheckMessage] = []
+        if not apps.is_installed("kathikon"):
+            found.append(checks.Error(
+                f"TASKS[{self.alias!r}] uses KathikonBackend, but 'kathikon' is not in "
+                "INSTALLED_APPS: its jobs table, its checks and kathikon_worker are missing.",
+                hint="Add 'kathikon' to INSTALLED_APPS and run manage.py migrate.",
+                id="kathikon.E103"))
         unknown = set(self.options) - {*OPTION_NAMES, "tasks"}
         if unknown:
             found.append(checks.Error(
@@ -202,40 +209,95 @@ class TaskWorker(Worker):
 
 
 def load_task(path: str) -> Any:
-    """The Task object at ``path``; ``Discard`` (dead at once) when it cannot be imported."""
+    """The Task object at ``path``; ``Discard`` (dead at once) when it cannot be imported.
+
+    The ``Discard`` is chained from the reason: the ``ImportError``, or a ``TypeError``
+    when ``path`` names something that is not a Task.
+    """
     try:
         task = import_string(path)
     except ImportError as exc:
         raise Discard(f"task {path!r} cannot be imported: {exc}") from exc
     if not isinstance(task, compat.Task):
-        raise Discard(f"{path!r} is not a Task (decorate the function with @task)")
+        reason = TypeError(f"{path!r} is not a Task (decorate the function with @task)")
+        raise Discard(str(reason)) from reason
     return task
 
 
 def task_result(job: Any, task: Any = None) -> Any:
-    """The framework's ``TaskResult`` for a job of :class:`TaskWorker`."""
+    """The framework's ``TaskResult`` for a job of :class:`TaskWorker`.
+
+    When the task no longer imports (a deploy renamed it), the result is ``FAILED``
+    with an error that says why, unless the job had already completed; the job
+    itself is discarded when a worker picks it up.
+    """
     alias = job.meta.get("task_backend", "default")
-    task = _task_for(job, task or load_task(job.args["task"]), alias)
+    errors = [compat.TaskError(exception_class_path=error.get("kind", ""),
+                               traceback=error.get("traceback", "")) for error in job.errors]
+    status = STATUS[job.state]
+    if task is None:
+        try:
+            task = load_task(job.args.get("task", ""))
+        except Discard as gone:
+            task = _stand_in(job, alias, gone)
+            if job.state not in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED):
+                status = compat.TaskResultStatus.FAILED
+                cause = gone.__cause__ or gone
+                errors.append(compat.TaskError(
+                    exception_class_path=f"{type(cause).__module__}.{type(cause).__qualname__}",
+                    traceback=str(gone)))
+        else:
+            task = _task_for(job, task, alias)
+    else:
+        task = _task_for(job, task, alias)
     terminal = job.state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
     result: Any = compat.TaskResult(
         task=task,
         id=job.id.hex,
-        status=STATUS[job.state],
+        status=status,
         enqueued_at=job.inserted_at,
-        started_at=job.started_at,
+        started_at=first_started_at(job),
         last_attempted_at=job.started_at,
         finished_at=(job.completed_at or job.cancelled_at) if terminal else None,
         args=list(job.args.get("args") or []),
         kwargs=dict(job.args.get("kwargs") or {}),
         backend=alias,
-        errors=[compat.TaskError(exception_class_path=error.get("kind", ""),
-                                 traceback=error.get("traceback", ""))
-                for error in job.errors],
+        errors=errors,
         worker_ids=worker_ids(job),
     )
     if job.state == JobState.COMPLETED:
         object.__setattr__(result, "_return_value", job.result)
     return result
+
+
+def first_started_at(job: Any) -> dt.datetime | None:
+    """When the first attempt started: each failed attempt's error keeps its start."""
+    starts = [job.started_at] if job.started_at else []
+    for error in job.errors:
+        start = error.get("started_at")
+        if isinstance(start, str):
+            try:
+                starts.append(dt.datetime.fromisoformat(start))
+            except ValueError:
+                continue
+    return min(starts, default=None)
+
+
+def _stand_in(job: Any, alias: str, gone: Discard) -> Any:
+    """A Task that names the missing path and raises ``gone`` if called."""
+    path = str(job.args.get("task", ""))
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise gone
+
+    module, _, name = path.rpartition(".")
+    missing.__module__, missing.__name__, missing.__qualname__ = module, name, name
+    backend = alias if alias in compat.task_backends.settings else "default"
+    try:
+        return KathikonTask(func=missing, backend=backend, queue_name=job.queue,
+                            priority=job.priority)
+    except compat.InvalidTask:  # the backend no longer lists the job's queue
+        return KathikonTask(func=missing, backend=backend, priority=job.priority)
 
 
 def worker_ids(job: Any) -> list[str]:
@@ -310,10 +372,7 @@ def _sender(job: Any) -> type:
 
 
 def _send(signal: Any, job: Any, exception: BaseException | None = None) -> None:
-    try:
-        result = task_result(job)
-    except Outcome:  # the task can no longer be imported; nothing to describe
-        return
+    result = task_result(job)  # FAILED, saying why, if the task no longer imports
     if exception is None:
         signal.send(_sender(job), task_result=result)
         return

@@ -1,9 +1,9 @@
 """Internal: one import point for Django's Tasks framework, built in or backported.
 
 Django 6.0+ ships ``django.tasks``; on Django 5.2 the ``django-tasks`` backport
-(``pip install "kathikon[tasks]"``) provides the same API as ``django_tasks``.
-``kathikon.backends`` imports everything it needs from here. ``AVAILABLE`` is
-False when neither is installed.
+(``pip install "kathikon[tasks]"``, version 0.12 or later) provides the same API
+as ``django_tasks``. ``kathikon.backends`` imports everything it needs from here.
+``AVAILABLE`` is False when neither is installed, or the backport is too old.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ try:  # Django >= 6.0
 
     SOURCE = "django.tasks"
 except ImportError:
-    try:  # Django 5.2 with the django-tasks backport
+    try:  # Django 5.2 with the django-tasks backport (>= 0.12: TaskResultStatus.SUCCESSFUL)
         from django_tasks import (  # type: ignore[no-redef]
             DEFAULT_TASK_QUEUE_NAME,
             TaskContext,
@@ -39,9 +39,6 @@ except ImportError:
         from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
         from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
         from django_tasks.exceptions import (  # type: ignore[no-redef]
-            InvalidTaskError as InvalidTask,
-        )
-        from django_tasks.exceptions import (  # type: ignore[no-redef]
             TaskResultDoesNotExist,
             TaskResultMismatch,
         )
@@ -51,9 +48,17 @@ except ImportError:
             task_started,
         )
 
-        SOURCE = "django_tasks"
+        # Older than 0.12 (READY/RUNNING/FAILED/COMPLETE): not the API the backend speaks.
+        SOURCE = "django_tasks" if hasattr(TaskResultStatus, "SUCCESSFUL") else ""
     except ImportError:
         SOURCE = ""
+    else:  # its own try: the backport renames InvalidTaskError to InvalidTask, as Django did
+        try:
+            from django_tasks.exceptions import InvalidTask  # type: ignore[no-redef]
+        except ImportError:
+            from django_tasks.exceptions import (  # type: ignore[no-redef]
+                InvalidTaskError as InvalidTask,
+            )
 
 AVAILABLE = bool(SOURCE)
 

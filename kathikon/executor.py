@@ -188,6 +188,8 @@ def _error(job: Job, exc: BaseException, *, kind: str | None = None,
     return {
         "attempt": job.attempts,
         "at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        # when this attempt started: job.started_at is only the latest (TaskResult.started_at)
+        "started_at": job.started_at.isoformat() if job.started_at else None,
         "node": job.attempted_by or "",  # who ran this attempt (TaskResult.worker_ids)
         "kind": kind or f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": message if message is not None else str(exc),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create the virtualenvs `make` uses, installing what they need on a fresh machine.
 #   .venv       Python 3.13 + Django 6.x (primary)
-#   .venv-52    Python 3.11 + Django 5.2 LTS + the django-tasks backport
+#   .venv-52    Python 3.11 + Django 5.2 LTS + the django-tasks backport at its lowest
+#               supported version (the `tasks` extra's >= bound)
 # System packages (Debian): the MariaDB client headers for mysqlclient and
 # Chromium for the browser tests; installed when missing and we are root.
 set -euo pipefail
@@ -32,11 +33,11 @@ find_python() {  # version -> interpreter path
   command -v "python${v}" 2>/dev/null || true
 }
 
-make_venv() {  # dir python-version django-spec extras
-  local dir="$1" pyv="$2" django="$3" extras="$4"
+make_venv() {  # dir python-version django-spec extras [pinned requirement]
+  local dir="$1" pyv="$2" django="$3" extras="$4" pinned="${5:-}"
   local stamp="$dir/.kathikon-stamp"
   local want
-  want="$(cat pyproject.toml scripts/bootstrap.sh | sha1sum | cut -c1-12) $django"
+  want="$(cat pyproject.toml scripts/bootstrap.sh | sha1sum | cut -c1-12) $django $pinned"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   local py
   py=$(find_python "$pyv")
@@ -48,12 +49,15 @@ make_venv() {  # dir python-version django-spec extras
   rm -rf "$dir"
   "$py" -m venv "$dir"
   "$dir/bin/pip" install -q --upgrade pip 2>&1 | grep -v -i warning || true
-  "$dir/bin/pip" install -q "$django" -e ".[$extras]" 2>&1 | grep -v -i warning || true
+  # shellcheck disable=SC2086  # $pinned is empty or one requirement
+  "$dir/bin/pip" install -q "$django" $pinned -e ".[$extras]" 2>&1 | grep -v -i warning || true
   "$dir/bin/python" -c "import django, kathikon" || { echo "bootstrap: $dir is broken" >&2; exit 1; }
   echo "$want" > "$stamp"
 }
 
 make_venv .venv 3.13 "django>=6.0,<7" "dev,docs,typing"
 if [ "$which_venvs" = all ]; then
-  make_venv .venv-52 3.11 "django>=5.2,<5.3" "dev,tasks"
+  # The LTS run tests the oldest django-tasks the `tasks` extra allows (its >= bound).
+  tasks_floor=$(grep -o '"django-tasks>=[0-9.]*"' pyproject.toml | tr -d '"' | sed 's/>=/==/')
+  make_venv .venv-52 3.11 "django>=5.2,<5.3" "dev,tasks" "$tasks_floor"
 fi

@@ -110,6 +110,7 @@ def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
     vanished = job.attempted_by
     state = JobState.DEAD if job.attempts >= job.max_attempts else JobState.RETRYABLE
     error = {"attempt": job.attempts, "at": now.isoformat(), "node": vanished,
+             "started_at": job.started_at.isoformat() if job.started_at else None,
              "kind": ERROR_KIND, "message": _message(job, node, now, reason), "traceback": ""}
     changes: dict[str, Any] = {"state": state, "errors": [*job.errors, error]}
     if state == JobState.DEAD:
