@@ -1,4 +1,8 @@
-"""Retry delays: pure functions, no ORM."""
+"""Retry delays: pure functions, no ORM.
+
+``backoff_seconds`` spaces a job's retries; ``failure_delay`` spaces the runtime's own
+retries after a database error (claims, acks, periodic services, LISTEN, start-up).
+"""
 
 from __future__ import annotations
 
@@ -25,3 +29,12 @@ def with_jitter(seconds: float, *, spread: float = 0.1, rng: random.Random | Non
     if seconds <= 0:
         return 0.0
     return seconds + (rng or random).uniform(0, seconds * spread)
+
+
+def failure_delay(failures: int, *, base: float, cap: float) -> float:
+    """Seconds to wait after ``failures`` failures in a row: ``base * 2**failures``, up to ``cap``.
+
+    >>> [failure_delay(n, base=0.1, cap=1.0) for n in (0, 1, 2, 3, 4, 50)]
+    [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    """
+    return min(base * 2.0 ** min(max(0, failures), 64), cap)

@@ -8,9 +8,16 @@ import uuid
 import pytest
 
 import kathikon
-from kathikon.backoff import MAX_SECONDS, with_jitter
+from kathikon.backoff import MAX_SECONDS, failure_delay, with_jitter
 from kathikon.ids import new_id, parse_id
 from kathikon.workers import resolve_worker
+
+
+def test_failure_delay_doubles_up_to_its_cap():
+    assert [failure_delay(n, base=0.1, cap=1.0) for n in range(6)] == [
+        0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert failure_delay(10**9, base=0.5, cap=30.0) == 30.0  # no overflow after a long outage
+    assert failure_delay(-1, base=0.5, cap=30.0) == 0.5
 
 
 def test_backoff_seconds():

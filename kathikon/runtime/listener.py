@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import connections
 
+from kathikon.backoff import failure_delay
 from kathikon.storage import notify
 
 logger = logging.getLogger("kathikon.runtime")
@@ -71,7 +72,7 @@ class Listener:
                 if self._stopping.is_set():
                     break
                 failures += 1
-                delay = min(0.1 * 2 ** min(failures, 8), self.max_backoff)
+                delay = failure_delay(failures, base=0.1, cap=self.max_backoff)
                 logger.warning("kathikon: LISTEN connection lost (%s: %s); reconnecting in "
                                "%.1fs", type(exc).__name__, exc, delay)
                 self._stopping.wait(delay)

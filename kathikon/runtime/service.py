@@ -37,6 +37,7 @@ from typing import Any
 
 from django.db import connections
 
+from kathikon.backoff import failure_delay
 from kathikon.storage import vendor
 
 logger = logging.getLogger("kathikon.runtime")
@@ -153,7 +154,7 @@ class PeriodicService:
             self.last_error = exc
             logger.exception("kathikon %s on %s failed (%d in a row); backing off",
                              self.name, self.node, self.failures)
-            self._reset_connection()
+            vendor.reset_connection(self.database)
         else:
             if self.failures:
                 logger.info("kathikon %s on %s recovered", self.name, self.node)
@@ -165,19 +166,10 @@ class PeriodicService:
     def _next_delay(self) -> float:
         if not self.failures:
             return self.interval
-        base = max(self.interval, 0.5)
-        return min(base * 2 ** min(self.failures, 16), self.max_backoff)
+        return failure_delay(self.failures, base=max(self.interval, 0.5), cap=self.max_backoff)
 
     def _wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds`` or until woken; ``True`` when stopping."""
         self._wakeup.wait(seconds)
         self._wakeup.clear()
         return self._stopping.is_set()
-
-    def _reset_connection(self) -> None:
-        # A broken connection stays broken: close it so the next run reconnects.
-        try:
-            connections[self.database].close()
-        except Exception:
-            logger.debug("closing the broken %r connection failed", self.database,
-                         exc_info=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from contextlib import AbstractContextManager
 
 from django.db import connections, transaction
@@ -10,6 +11,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from kathikon import conf
+
+logger = logging.getLogger("kathikon")
 
 
 def alias() -> str:
@@ -27,6 +30,21 @@ def vendor() -> str:
 
 def is_postgres() -> bool:
     return vendor() == "postgresql"
+
+
+def reset_connection(database: str | None = None) -> None:
+    """After a database error: close this thread's connection so the next query reconnects.
+
+    A broken connection stays broken until closed. One inside an ``atomic`` block is
+    left alone: closing it would break the transaction its owner is still in.
+    """
+    try:
+        wrapper = connections[database or alias()]
+        if not wrapper.in_atomic_block:
+            wrapper.close()
+    except Exception:  # closing a dead connection can fail too; the next query reconnects
+        logger.debug("closing the broken %r connection failed", database or alias(),
+                     exc_info=True)
 
 
 def atomic() -> AbstractContextManager[None]:

@@ -100,6 +100,24 @@ def test_a_failed_run_closes_the_connection_so_the_next_one_reconnects():
     assert closed.is_set() and service.failures == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_reset_connection_closes_it_but_never_inside_a_transaction():
+    from django.db import transaction
+
+    from kathikon.storage import vendor
+
+    connection = vendor.connection()
+    connection.ensure_connection()
+    with transaction.atomic():
+        vendor.reset_connection()
+        assert connection.connection is not None  # the owner's transaction goes on
+    vendor.reset_connection()
+    assert connection.connection is None  # the next query reconnects
+    assert Job.objects.count() == 0
+    with mock.patch.object(connection.__class__, "close", side_effect=OSError("gone")):
+        vendor.reset_connection()  # a close that fails is logged, not raised
+
+
 def test_the_injected_clock_is_the_services_time(clock: Clock):
     service = Counter("n", clock=clock)
     assert service.now() == clock.at and service.clock_injected
