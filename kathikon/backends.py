@@ -141,8 +141,6 @@ class KathikonBackend(compat.BaseTaskBackend):
         return merged
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        from kathikon import conf
-
         found: list[checks.CheckMessage] = []
         if not apps.is_installed("kathikon"):
             found.append(checks.Error(
@@ -162,14 +160,8 @@ class KathikonBackend(compat.BaseTaskBackend):
             if problem:
                 found.append(checks.Error(f"TASKS[{self.alias!r}] {label}: {problem}",
                                           hint="See docs/tasks-backend.md.", id="kathikon.E102"))
-        queues = conf.load().values["QUEUES"]  # load(): bad settings are E003's business
-        served = set(queues) if isinstance(queues, dict) else set()
-        for queue in sorted(self.queues - served):
-            found.append(checks.Warning(
-                f"TASKS[{self.alias!r}] queue {queue!r} is not in KATHIKON['QUEUES'], so "
-                "kathikon_worker will not run its tasks.",
-                hint="Add it to KATHIKON['QUEUES'] or run a worker with --queues.",
-                id="kathikon.W101"))
+        # Queues declared here and missing from KATHIKON["QUEUES"] are served by
+        # kathikon_worker by default (conf.served_queue_names): no warning needed.
         return found
 
 

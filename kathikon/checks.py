@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
 from kathikon import conf
+from kathikon.workers import Worker
 
 
 @checks.register(checks.Tags.compatibility)
@@ -43,10 +47,52 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
             for index, message in static_problems(entries)]
 
 
+@checks.register(checks.Tags.compatibility)
+def check_worker_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Worker classes whose ``queue`` no ``kathikon_worker`` serves by default.
+
+    Their jobs would wait forever, silently. Known statically: the Worker
+    subclasses imported by now, after importing each installed app's
+    ``workers`` module (where docs/workers.md puts them).
+    """
+    loaded = conf.load()
+    if loaded.problems:
+        return []  # kathikon.E00x say what to fix first
+    served = set(conf.served_queue_names())
+    messages: list[checks.CheckMessage] = []
+    for cls in sorted(_worker_classes(), key=lambda cls: cls.path()):
+        queue = getattr(cls, "queue", None)
+        if isinstance(queue, str) and queue not in served:
+            messages.append(checks.Warning(
+                f"Worker {cls.path()} uses the queue {queue!r}, which is not in "
+                "KATHIKON['QUEUES']: no kathikon_worker runs its jobs by default, so they wait "
+                "forever.",
+                hint=f"Add {queue!r} to KATHIKON['QUEUES'], run a worker with --queues {queue}, "
+                     f"or call kathikon.start_queue({queue!r}) once.",
+                obj=cls, id="kathikon.W001"))
+    return messages
+
+
+def _worker_classes() -> list[type[Worker]]:
+    for app in apps.get_app_configs():
+        module = f"{app.name}.workers"
+        with contextlib.suppress(Exception):  # a broken module fails loudly where it is used
+            if importlib.util.find_spec(module) is not None:
+                importlib.import_module(module)
+    found: list[type[Worker]] = []
+    todo = list(Worker.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if not cls.__module__.startswith("kathikon.") and "<locals>" not in cls.__qualname__:
+            found.append(cls)
+    return found
+
+
 def _register_tasks_checks() -> None:
     """When ``TASKS`` uses Kathikon's backend, load the Tasks framework's check.
 
-    Django runs ``backend.check()`` (``kathikon.E101``, ``E102``, ``W101``) only
+    Django runs ``backend.check()`` (``kathikon.E101``, ``E102``) only
     once ``django.tasks`` (or the backport's checks) has been imported.
     """
     ours = "kathikon.backends.KathikonBackend"

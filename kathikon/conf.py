@@ -16,6 +16,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,63}\Z")  # \Z: "default\n" is no queue name
+# Jobs one node runs at once in one queue (each is an executor slot): settings, --queues
+# and the admin's override all stop here; beyond it, run more processes or nodes.
+MAX_CONCURRENCY = 1000
+
+TASKS_BACKEND = "kathikon.backends.KathikonBackend"
 
 DEFAULTS: dict[str, Any] = {
     "QUEUES": {"default": {"concurrency": 10}},
@@ -136,9 +141,12 @@ def _queue_problems(queues: Any) -> list[Problem]:
                                  'Example: {"concurrency": 5}.'))
             continue
         concurrency = options.get("concurrency", 10)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        if (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                or not 1 <= concurrency <= MAX_CONCURRENCY):
             found.append(Problem("kathikon.E003", f"Queue {name!r}: concurrency must be an int "
-                                 f">= 1, not {concurrency!r}.", "Pause a queue instead of 0."))
+                                 f"from 1 to {MAX_CONCURRENCY}, not {concurrency!r}.",
+                                 "Pause a queue instead of 0; run more worker processes "
+                                 "instead of a larger number."))
     return found
 
 
@@ -192,6 +200,29 @@ def queues() -> dict[str, dict[str, Any]]:
 
 def queue_names() -> list[str]:
     return list(get()["QUEUES"])
+
+
+def tasks_queue_names() -> list[str]:
+    """Queues that ``TASKS`` declares for Kathikon's backend (Django's default: "default")."""
+    from django.conf import settings as django_settings
+
+    tasks = getattr(django_settings, "TASKS", None)
+    names: list[str] = []
+    for params in (tasks.values() if isinstance(tasks, dict) else ()):
+        if not isinstance(params, dict) or params.get("BACKEND") != TASKS_BACKEND:
+            continue
+        declared = params.get("QUEUES", ["default"])
+        for name in declared if isinstance(declared, (list, tuple, set, frozenset)) else ():
+            if isinstance(name, str) and QUEUE_NAME.match(name) and name not in names:
+                names.append(name)
+    return names
+
+
+def served_queue_names() -> list[str]:
+    """What ``kathikon_worker`` runs without ``--queues`` (besides queue rows):
+    ``KATHIKON["QUEUES"]``, then the queues ``TASKS`` declares for Kathikon's backend."""
+    names = queue_names()
+    return [*names, *(name for name in tasks_queue_names() if name not in names)]
 
 
 def queue_config(name: str) -> dict[str, Any]:

@@ -237,9 +237,7 @@ def prune(*, older_than: float | dt.timedelta | None = None, chunk: int = 1000,
     _require(allow_destructive, "pruning jobs")
     if older_than is None:
         older_than = conf.retention_period()
-    if not isinstance(older_than, dt.timedelta):
-        older_than = dt.timedelta(seconds=float(older_than))
-    before = vendor.now() - older_than
+    before = report.window_start(older_than, vendor.now(), what="older_than")
     total = 0
     while True:
         deleted = job_storage.prune_jobs(before, limit=chunk)

@@ -23,7 +23,7 @@ from kathikon.storage import queues as queue_storage
 from kathikon.storage import reports, vendor
 
 __all__ = ["FailureSummary", "QueueSummary", "ThroughputPoint", "failure_summary",
-           "queue_summary", "throughput"]
+           "queue_summary", "served_queues", "throughput"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ class QueueSummary:
 
     ``oldest_available_age`` is how long (seconds) the oldest due, unclaimed job
     has waited, ``None`` when nothing waits. ``failed_*`` count jobs that ended
-    ``dead`` (retries that will run again are not failures yet).
+    ``dead`` (retries that will run again are not failures yet). ``served`` is
+    False when no live worker node (heartbeat within ``RESCUE_AFTER``) runs the
+    queue: its jobs wait until one is started for it.
     """
 
     name: str
@@ -45,13 +47,19 @@ class QueueSummary:
     failed_last_minute: int = 0
     failed_last_hour: int = 0
     configured: bool = True
+    served: bool = True
+
+    @property
+    def status(self) -> str:
+        """``paused``, ``unserved`` (by any live worker) or ``running``."""
+        return "paused" if self.paused else "running" if self.served else "unserved"
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total": self.total}
+        return {**asdict(self), "total": self.total, "status": self.status}
 
 
 @dataclass(frozen=True)
@@ -80,11 +88,13 @@ class ThroughputPoint:
 def queue_summary(now: dt.datetime | None = None) -> list[QueueSummary]:
     """Every queue (configured, paused/overridden in the database, or holding jobs), by name.
 
-    Three queries: the queue rows, one GROUP BY (queue, state) over the jobs (an
-    index-only scan) and one for the oldest waiting and recently finished jobs.
+    Four queries: the queue rows, the live nodes, one GROUP BY (queue, state) over
+    the jobs (an index-only scan) and one for the oldest waiting and recently
+    finished jobs.
     """
     now = now or vendor.now()
     rows = queue_storage.queue_rows()
+    served = served_queues()
     configured = conf.queues()
     counts: dict[str, dict[str, int]] = {}
     for row in reports.queue_state_counts():
@@ -114,8 +124,14 @@ def queue_summary(now: dt.datetime | None = None) -> list[QueueSummary]:
             failed_last_minute=dead.get("last_minute", 0),
             failed_last_hour=dead.get("last_hour", 0),
             configured=name in configured,
+            served=name in served,
         ))
     return summaries
+
+
+def served_queues() -> set[str]:
+    """Queues that at least one live worker node runs (from the nodes' registrations)."""
+    return reports.live_node_queues(conf.rescue_after())
 
 
 def failure_summary(*, window: float | dt.timedelta = 24 * 3600, limit: int = 100,
@@ -125,10 +141,20 @@ def failure_summary(*, window: float | dt.timedelta = 24 * 3600, limit: int = 10
     Looks at dead and retryable jobs that failed within ``window`` (seconds or a
     timedelta, default one day) and groups them by their *last* error.
     """
-    if not isinstance(window, dt.timedelta):
-        window = dt.timedelta(seconds=float(window))
-    since = (now or vendor.now()) - window
+    since = window_start(window, now or vendor.now(), what="window")
     return [FailureSummary(**row) for row in reports.failure_rows(since, limit=limit)]
+
+
+def window_start(window: float | dt.timedelta, now: dt.datetime, *, what: str) -> dt.datetime:
+    """``now - window``; a window that is not a duration, or reaches past year 1, is a
+    ``ValueError`` that names ``what`` (never an ``OverflowError`` from deep inside)."""
+    try:
+        if not isinstance(window, dt.timedelta):
+            window = dt.timedelta(seconds=float(window))
+        return now - window
+    except (OverflowError, TypeError, ValueError):
+        raise ValueError(f"{what} {window!r} is not a usable duration: give seconds or a "
+                         "timedelta shorter than the time since year 1") from None
 
 
 def throughput(*, minutes: int = 60, queue: str | None = None,

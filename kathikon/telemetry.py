@@ -2,6 +2,12 @@
 
     from kathikon import telemetry
     telemetry.attach_default_logger()           # INFO; failures at WARNING
+
+When the ``kathikon`` logger has no handler anywhere up its chain (a default
+Django project configures none for it), the first call also attaches a stderr
+handler to ``kathikon``; and when its effective level is above ``level`` (the
+root logger's WARNING, by default) it sets ``kathikon``'s level to ``level``,
+so the lines show up. A project's own handlers are kept.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from kathikon import signals
 logger = logging.getLogger("kathikon")
 _WARNING = {"job_failed", "job_discarded", "job_rescued"}
 _attached: dict[str, Any] = {}
+_added: dict[str, Any] = {}  # the stderr handler (and level) we set, if any
 
 
 def _describe(kwargs: dict[str, Any]) -> str:
@@ -35,7 +42,20 @@ def _describe(kwargs: dict[str, Any]) -> str:
 
 
 def attach_default_logger(level: int = logging.INFO) -> None:
-    """Log every signal (idempotent); failures, discards and rescues at WARNING."""
+    """Log every signal (idempotent); failures, discards and rescues at WARNING.
+
+    Adds a stderr handler only when no handler would print these records, and
+    lowers the ``kathikon`` logger's level to ``level`` when needed;
+    ``detach_default_logger`` undoes both.
+    """
+    if not logger.hasHandlers() and "stderr" not in _added:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        _added["stderr"] = handler
+    if logger.getEffectiveLevel() > level:  # e.g. WARNING inherited from the root logger
+        _added.setdefault("level", logger.level)
+        logger.setLevel(level)
     for name, signal in signals.ALL_SIGNALS.items():
         if name in _attached:
             continue
@@ -53,3 +73,9 @@ def detach_default_logger() -> None:
     for name in list(_attached):
         signals.ALL_SIGNALS[name].disconnect(dispatch_uid=f"kathikon.telemetry.{name}")
         del _attached[name]
+    handler = _added.pop("stderr", None)
+    if handler is not None:
+        logger.removeHandler(handler)
+    previous = _added.pop("level", None)
+    if previous is not None:
+        logger.setLevel(previous)

@@ -1,7 +1,8 @@
 """Internal: a job's history, derived from its own row plus the stored exceptional events.
 
 A successful run writes no event rows: inserted, scheduled, started, failed
-and finished events come from the job's timestamps and ``errors``.
+and finished events come from the job's timestamps and ``errors`` (each error
+records when its attempt started, so every attempt shows its start).
 """
 
 from __future__ import annotations
@@ -21,13 +22,21 @@ def job_history(job: Job, events: list[JobEvent]) -> list[dict[str, Any]]:
                                     "queue": job.queue}]
     if job.scheduled_at is not None:
         items.append({"event": "scheduled", "at": job.inserted_at, "for": job.scheduled_at})
-    # Before the errors: at equal times the start of an attempt comes before its failure.
-    if job.started_at is not None:
-        items.append({"event": "started", "at": job.started_at, "attempt": job.attempts,
-                      "node": job.attempted_by})
+    # Each failed attempt's error records when it started; the row holds the latest start.
+    # Starts go before failures: at equal times the start of an attempt comes first.
+    started: dict[Any, dict[str, Any]] = {}
     for error in job.errors:
-        at = parse_datetime(error.get("at", "")) if isinstance(error.get("at"), str) else None
-        items.append({"event": "failed", "at": at or job.inserted_at,
+        at = _time(error.get("started_at"))
+        if at is not None:
+            started[error.get("attempt")] = {"event": "started", "at": at,
+                                             "attempt": error.get("attempt"),
+                                             "node": error.get("node")}
+    if job.started_at is not None:
+        started[job.attempts] = {"event": "started", "at": job.started_at,
+                                 "attempt": job.attempts, "node": job.attempted_by}
+    items += started.values()
+    for error in job.errors:
+        items.append({"event": "failed", "at": _time(error.get("at")) or job.inserted_at,
                       "attempt": error.get("attempt"), "kind": error.get("kind"),
                       "message": error.get("message")})
     finished: dict[str, str] = {JobState.COMPLETED: "completed", JobState.DEAD: "dead"}
@@ -41,3 +50,7 @@ def job_history(job: Job, events: list[JobEvent]) -> list[dict[str, Any]]:
         items.append({"event": event.kind, "at": event.at, "actor": event.actor, **event.data})
     epoch = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
     return sorted(items, key=lambda item: item["at"] or epoch)
+
+
+def _time(value: Any) -> dt.datetime | None:
+    return parse_datetime(value) if isinstance(value, str) else None

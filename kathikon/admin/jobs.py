@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -13,7 +14,6 @@ from django.template.loader import render_to_string
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from rangefilter.filters import DateRangeFilterBuilder
 
 from kathikon import conf, dashboard
 from kathikon.admin.common import ActionsMixin, KathikonMedia, pre, state_badge, when
@@ -64,6 +64,20 @@ class WorkerFilter(admin.SimpleListFilter):
         return queryset.filter(worker=self.value()) if self.value() else queryset
 
 
+class InsertedFilter(admin.DateFieldListFilter):
+    """Django's date filter (today, past 7 days, …), used when rangefilter is not installed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = "inserted"
+
+
+class FinishedFilter(admin.DateFieldListFilter):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = "finished"
+
+
 # -- jobs ------------------------------------------------------------------------------------
 
 @admin.register(Job)
@@ -71,9 +85,7 @@ class JobAdmin(ActionsMixin):
     list_display = ("job_id", "worker_name", "queue", "state_display", "priority",
                     "attempts_display", "inserted", "due", "finished")
     list_display_links = ("job_id",)
-    list_filter = (StateFilter, QueueFilter, WorkerFilter,
-                   ("inserted_at", DateRangeFilterBuilder(title="inserted")),
-                   ("completed_at", DateRangeFilterBuilder(title="finished")))
+    list_filter = (StateFilter, QueueFilter, WorkerFilter)  # + the date filters, see below
     search_fields = ("id", "worker", "args")
     search_help_text = "A job id (hex), or part of a worker path or of the arguments."
     ordering = ("-id",)
@@ -130,12 +142,17 @@ class JobAdmin(ActionsMixin):
     def has_rerun_permission(self, request: HttpRequest) -> bool:
         return self.destructive() and request.user.has_perm("kathikon.rerun_job")
 
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        # django-admin-rangefilter's date pickers need its templates, found only when
+        # "rangefilter" is in INSTALLED_APPS; without it, Django's own date filter.
+        return [*self.list_filter, *date_filters()]
+
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
-        # With a date range on inserted_at/completed_at, walk that column's index (newest
+        # With a date filter on inserted_at/completed_at, walk that column's index (newest
         # first) instead of the primary key: PostgreSQL would otherwise scan ids backwards
         # through every newer job to find the range.
         for column in ("completed_at", "inserted_at"):
-            if any(key.startswith(f"{column}__range") and value
+            if any(key.startswith(f"{column}__") and value
                    for key, value in request.GET.items()):
                 return (f"-{column}", "-id")
         return ("-id",)
@@ -284,6 +301,16 @@ class JobAdmin(ActionsMixin):
                                       if key not in ("at", "event") and value not in (None, ""))}
                 for item in history]
         return SafeString(render_to_string("admin/kathikon/job/history.html", {"rows": rows}))
+
+
+def date_filters() -> list[tuple[str, Any]]:
+    """The *inserted* and *finished* filters: date ranges with rangefilter, else Django's."""
+    if not apps.is_installed("rangefilter"):
+        return [("inserted_at", InsertedFilter), ("completed_at", FinishedFilter)]
+    from rangefilter.filters import DateRangeFilterBuilder
+
+    return [("inserted_at", DateRangeFilterBuilder(title="inserted")),
+            ("completed_at", DateRangeFilterBuilder(title="finished"))]
 
 
 def _ids(queryset: QuerySet[Job]) -> list[Any]:

@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -13,9 +15,9 @@ from django.urls import path, reverse
 
 from kathikon import dashboard, report
 from kathikon.admin.common import ActionsMixin, KathikonMedia, age, badge
+from kathikon.conf import MAX_CONCURRENCY
 from kathikon.exceptions import KathikonError
 from kathikon.models import Queue
-from kathikon.storage import queues as queue_storage
 
 # -- queues ----------------------------------------------------------------------------------
 
@@ -42,13 +44,32 @@ class QueueAdmin(ActionsMixin):
             request._kathikon_queue_summary = cached  # type: ignore[attr-defined]
         return cached
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The concurrency override changes what every node runs: a destructive action.
+        return self.destructive() and super().has_change_permission(request, obj)
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        # Queues that exist only in the settings or in jobs get their row lazily.
-        summaries = self.summaries(request)
-        for name in set(summaries) - set(queue_storage.queue_rows()):
-            queue_storage.ensure_queue(name)
         context = {"can_pause_all": self.has_pause_permission(request), **(extra_context or {})}
         return super().changelist_view(request, context)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return QueueChangeList
+
+    def get_object(self, request: HttpRequest, object_id: str,
+                   from_field: str | None = None) -> Queue | None:
+        # A queue known only from the settings or its jobs has no row until it is changed
+        # (a POST saves it): reading a page must write nothing, since workers serve rows.
+        found = super().get_object(request, object_id, from_field)
+        if found is None and object_id in self.summaries(request):
+            found = Queue(name=object_id)
+        return found
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "concurrency":
+            kwargs.update(min_value=1, max_value=MAX_CONCURRENCY, help_text=(
+                f"1 to {MAX_CONCURRENCY} jobs at once per node; overrides the settings for "
+                "every node. Leave empty to use the settings. To stop a queue, pause it."))
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         summaries = self.summaries(request)
@@ -63,7 +84,8 @@ class QueueAdmin(ActionsMixin):
         return [
             "name",
             column("status", lambda s: badge("paused", "#cf222e") if s.paused
-                   else badge("running", "#2da44e")),
+                   else badge("running", "#2da44e") if s.served
+                   else badge("not served by any live worker", "#d4761c")),
             column("concurrency", lambda s: s.concurrency),
             column("available", lambda s: s.counts["available"]),
             column("scheduled", lambda s: s.counts["scheduled"]),
@@ -78,13 +100,21 @@ class QueueAdmin(ActionsMixin):
 
     @admin.action(description="Pause selected queues", permissions=["pause"])
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        result = _each_queue(queryset, dashboard.pause_queue)
+        result = _each_queue(self.selected(request, queryset), dashboard.pause_queue)
         self.report_result(request, result, "Paused", "pause", "queue")
 
     @admin.action(description="Resume selected queues", permissions=["pause"])
     def resume_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-        result = _each_queue(queryset, dashboard.resume_queue)
+        result = _each_queue(self.selected(request, queryset), dashboard.resume_queue)
         self.report_result(request, result, "Resumed", "resume", "queue")
+
+    def selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> list[str]:
+        """The queues ticked: rows, plus known queues that have no row yet."""
+        names = set(queryset.values_list("name", flat=True))
+        known = self.summaries(request)
+        names |= {name for name in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+                  if name in known}
+        return sorted(names)
 
     def get_urls(self) -> list[Any]:
         return [
@@ -112,13 +142,28 @@ class QueueAdmin(ActionsMixin):
         return HttpResponseRedirect(reverse("admin:kathikon_queue_changelist"))
 
 
-def _each_queue(queryset: Iterable[Queue], operation: Callable[[str], None]
+class QueueChangeList(ChangeList):
+    """The queue rows, plus an unsaved row for each queue known only from settings or jobs."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        have = {queue.name for queue in rows}
+        summaries = self.model_admin.summaries(request)  # type: ignore[attr-defined]
+        rows += [Queue(name=name) for name in summaries if name not in have]
+        rows.sort(key=lambda queue: queue.name)
+        self.result_list = rows
+        self.result_count = len(rows)
+        self.full_result_count = len(rows) if self.full_result_count is not None else None
+
+
+def _each_queue(names: Iterable[str], operation: Callable[[str], None]
                 ) -> dashboard.ActionResult:
     changed, failed = [], []
-    for queue in queryset:
+    for name in names:
         try:
-            operation(queue.name)
-            changed.append(queue.name)
+            operation(name)
+            changed.append(name)
         except KathikonError as exc:
-            failed.append((queue.name, str(exc)))
+            failed.append((name, str(exc)))
     return dashboard.ActionResult(changed=changed, failed=failed)

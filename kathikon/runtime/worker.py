@@ -35,7 +35,7 @@ from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.listener import Listener
 from kathikon.states import JobState
 from kathikon.storage import Ack
-from kathikon.storage.runtime import count_due_jobs
+from kathikon.storage.runtime import count_due_jobs, due_jobs_elsewhere
 
 logger = logging.getLogger("kathikon.runtime")
 
@@ -55,7 +55,8 @@ class WorkerProcess:
 
     ``queues`` maps queue name → concurrency (``None`` = the row override or
     settings); ``None`` for the whole mapping means every configured queue
-    plus queues created later with ``kathikon.start_queue``.
+    (``KATHIKON["QUEUES"]``, then those ``TASKS`` declares for Kathikon's
+    backend) plus queues created later with ``kathikon.start_queue``.
     """
 
     def __init__(self, *, node: str | None = None, queues: Mapping[str, int | None] | None = None,
@@ -148,8 +149,9 @@ class WorkerProcess:
     def _queue_limits(self, rows: Mapping[str, Any]) -> dict[str, int]:
         """Queue name → concurrency: the --queues value, else the Queue row's override,
         else settings (10 for a queue known only from its row)."""
+        configured = conf.served_queue_names()
         names = list(self.requested) if self.requested is not None else [
-            *conf.queue_names(), *sorted(set(rows) - set(conf.queue_names()))]
+            *configured, *sorted(set(rows) - set(configured))]
         limits = {}
         for name in names:
             explicit = self.requested.get(name) if self.requested is not None else None
@@ -218,7 +220,7 @@ class WorkerProcess:
                 return
             if self.burst:
                 if self._burst_done():
-                    self._summary(started, remaining=0)
+                    self._summary(started, remaining=0, final=True)
                     return
                 if now >= next_summary:
                     next_summary = now + SUMMARY_EVERY
@@ -242,13 +244,17 @@ class WorkerProcess:
             logger.warning("kathikon: reading queues failed (%s: %s)", type(exc).__name__, exc)
             connections[storage.alias()].close()
             return
+        added = False
         for name, concurrency in limits.items():
             dispatcher = self.dispatchers.get(name)
             if dispatcher is None:
                 logger.info("kathikon: new queue %s (%d)", name, concurrency)
                 self._add_dispatcher(name, concurrency)
+                added = True
             else:
                 dispatcher.set_concurrency(concurrency)
+        if added:  # the ops summary and the overview read which queues live nodes serve
+            _safely(lambda: storage.set_node_queues(self.node, limits), "recording the queues")
 
     def _burst_done(self) -> bool:
         if not self._all_idle():
@@ -269,7 +275,8 @@ class WorkerProcess:
     def _all_idle(self) -> bool:
         return self.acker.idle and all(d.idle for d in list(self.dispatchers.values()))
 
-    def _summary(self, started: float, remaining: int | None = None) -> None:
+    def _summary(self, started: float, remaining: int | None = None, *,
+                 final: bool = False) -> None:
         completed, done = self.completed, self.acker.written
         if remaining is None:
             try:
@@ -279,8 +286,23 @@ class WorkerProcess:
         elapsed = max(time.monotonic() - started, 1e-9)
         running = sum(d.running for d in self.dispatchers.values())
         logger.info("kathikon burst %s: %d runs done (%d completed), %d running, %s remaining, "
-                    "%.0f runs/s", self.node, done, completed, running,
-                    remaining if remaining >= 0 else "?", done / elapsed)
+                    "%.0f runs/s%s", self.node, done, completed, running,
+                    remaining if remaining >= 0 else "?", done / elapsed,
+                    self._left_behind() if final else "")
+
+    def _left_behind(self) -> str:
+        """The final line's note on due jobs in queues this process does not serve."""
+        try:
+            elsewhere = due_jobs_elsewhere(list(self.dispatchers))
+        except Exception as exc:
+            logger.warning("kathikon: counting unserved jobs failed (%s: %s)",
+                           type(exc).__name__, exc)
+            return ""
+        if not elsewhere:
+            return ""
+        queues = ", ".join(f"{name} ({count})" for name, count in elsewhere.items())
+        return (f"; {sum(elsewhere.values())} due job(s) left in queues this worker does not "
+                f"serve: {queues}")
 
     # -- events from other threads -----------------------------------------------------------
 
@@ -298,28 +320,34 @@ class WorkerProcess:
             dispatcher.wake()
 
     def _settled(self, executions: list[Execution]) -> None:
-        """After each ack batch: log failures, wake dispatchers for retries coming due."""
+        """After each ack batch: log outcomes (successes at DEBUG, failures with the time of
+        the next attempt at WARNING), wake dispatchers for retries coming due."""
         soon = dt.timedelta(seconds=self.poll_interval)
         now = None
         for execution in executions:
-            if execution.written and execution.kind == "completed":
-                self.completed += 1
-                continue
             if not execution.written:
                 continue
             job = execution.job
-            if execution.kind in ("failed", "discarded"):
-                error = execution.ack.error or {}
-                logger.warning("kathikon job %s %s attempt %d/%d %s: %s: %s → %s",
-                               job.id.hex, job.worker, job.attempts, job.max_attempts,
-                               execution.kind, error.get("kind"), error.get("message"),
-                               job.state)
+            if execution.kind == "completed":
+                self.completed += 1
+                if logger.isEnabledFor(logging.DEBUG):  # kathikon_worker -v 2
+                    logger.debug("kathikon job %s %s attempt %d/%d completed in %.3fs",
+                                 job.id.hex, job.worker, job.attempts, job.max_attempts,
+                                 execution.duration)
+                continue
+            retry_in = None
             if job.state == JobState.RETRYABLE and job.available_at is not None:
                 now = now or storage.vendor.now()
-                delay = (job.available_at - now).total_seconds()
-                dispatcher = self.dispatchers.get(job.queue)
-                if dispatcher is not None and delay < soon.total_seconds():
-                    dispatcher.wake_at(time.monotonic() + max(0.0, delay))
+                retry_in = (job.available_at - now).total_seconds()
+            if execution.kind in ("failed", "discarded"):
+                error = execution.ack.error or {}
+                logger.warning("kathikon job %s %s attempt %d/%d %s: %s: %s → %s%s",
+                               job.id.hex, job.worker, job.attempts, job.max_attempts,
+                               execution.kind, error.get("kind"), error.get("message"),
+                               job.state, _next_attempt(job, retry_in))
+            dispatcher = self.dispatchers.get(job.queue)
+            if retry_in is not None and dispatcher is not None and retry_in < soon.total_seconds():
+                dispatcher.wake_at(time.monotonic() + max(0.0, retry_in))
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -377,6 +405,14 @@ class WorkerProcess:
             logger.warning("kathikon worker %s: second %s, exiting now; the lifeline rescues "
                            "its jobs", self.node, signal.Signals(signum).name)
             os._exit(1)
+
+
+def _next_attempt(job: Any, delay: float | None) -> str:
+    """`` (attempt 2 at 12:00:05 UTC, in 4.2s)`` for a retryable job, else ``""``."""
+    if delay is None or job.available_at is None:
+        return ""
+    at = job.available_at.astimezone(dt.timezone.utc).strftime("%H:%M:%S")
+    return f" (attempt {job.attempts + 1} at {at} UTC, in {max(delay, 0.0):.1f}s)"
 
 
 class _StoppedEarly(Exception):

@@ -37,6 +37,7 @@ from kathikon.storage.nodes import (
     mark_node_stopped,
     mark_node_stopping,
     register_node,
+    set_node_queues,
     stale_nodes,
 )
 from kathikon.storage.queues import (
@@ -83,5 +84,6 @@ __all__ = [
     "live_nodes", "mark_node_stopped", "mark_node_stopping", "notify", "paused_queues",
     "promote_scheduled", "prune_jobs", "queue_rows", "queues", "record_event", "record_events",
     "register_node", "reports", "rerun_job", "rescue_jobs", "reset", "retry_job", "set_all_paused",
-    "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job", "vendor",
+    "set_node_queues", "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job",
+    "vendor",
 ]

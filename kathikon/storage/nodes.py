@@ -92,6 +92,11 @@ def heartbeat(name: str, *, at: dt.datetime | None = None,
     return False
 
 
+def set_node_queues(name: str, queues: Mapping[str, int]) -> bool:
+    """Record the queues ``name`` runs now (it picked up a new one); False if it has no row."""
+    return bool(_nodes().filter(name=name).update(queues=dict(queues)))
+
+
 def mark_node_stopping(name: str) -> bool:
     """Graceful shutdown has begun (heartbeats go on until :func:`mark_node_stopped`)."""
     return bool(_nodes().filter(name=name).exclude(status=Node.Status.STOPPED)

@@ -13,10 +13,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import TruncMinute
 
-from kathikon.models import Job, JobEvent
+from kathikon.models import Job, JobEvent, Node
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
 
@@ -117,6 +117,20 @@ def failure_rows(since: dt.datetime, limit: int = 100) -> list[dict[str, Any]]:
     return [{"worker": worker, "kind": kind or "(no error recorded)", "count": count,
              "last_seen": _parse_time(at), "sample_message": message or ""}
             for worker, kind, count, at, message in rows]
+
+
+def live_node_queues(within: float) -> set[str]:
+    """Queues run by nodes not stopped whose heartbeat is at most ``within`` seconds old.
+
+    One query; the cut-off is computed on the database's clock, as the lifeline's is.
+    """
+    from kathikon.storage.nodes import DatabaseNow
+
+    cutoff = ExpressionWrapper(DatabaseNow() - Value(dt.timedelta(seconds=within)),
+                               output_field=DateTimeField())
+    rows = (Node.objects.using(vendor.alias()).exclude(status=Node.Status.STOPPED)
+            .filter(heartbeat_at__gte=cutoff).values_list("queues", flat=True))
+    return {name for queues in rows for name in (queues or {})}
 
 
 def distinct_values(column: str, limit: int = 200) -> list[str]:

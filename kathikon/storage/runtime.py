@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef
 
 from kathikon.models import Batch, Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
@@ -35,3 +35,16 @@ def count_due_jobs(queues: Iterable[str]) -> int:
     states = [*CLAIMABLE_STATES, JobState.SCHEDULED]
     return Job.objects.using(using).filter(
         queue__in=sorted(names), state__in=states, available_at__lte=vendor.now()).count()
+
+
+def due_jobs_elsewhere(queues: Iterable[str]) -> dict[str, int]:
+    """Queue → due jobs, for the queues *not* in ``queues`` that hold any (one GROUP BY).
+
+    ``--burst`` reports them when it exits: nobody in this process would ever run them.
+    """
+    states = [*CLAIMABLE_STATES, JobState.SCHEDULED]
+    rows = (Job.objects.using(vendor.alias()).order_by()
+            .filter(state__in=states, available_at__lte=vendor.now())
+            .exclude(queue__in=sorted(set(queues)))
+            .values("queue").annotate(count=Count("id")))
+    return {row["queue"]: row["count"] for row in sorted(rows, key=lambda r: r["queue"])}

@@ -23,7 +23,9 @@ def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
     from kathikon.admin.common import age
 
     queues = [{**summary.as_dict(), "executing": summary.counts["claimed"]
-               + summary.counts["running"], "oldest": age(summary.oldest_available_age)}
+               + summary.counts["running"], "oldest": age(summary.oldest_available_age),
+               "waiting": summary.counts["available"] + summary.counts["scheduled"]
+               + summary.counts["retryable"]}
               for summary in report.queue_summary()]
     return {
         "allowed": True,

@@ -284,7 +284,8 @@ def test_backend_checks():
     backend = backends.KathikonBackend("x", {"QUEUES": ["default", "elsewhere"], "OPTIONS": {
         "max_attempt": 3, "timeout": -1, "tasks": {"a.b": {"backoff": True}}}})
     ids = sorted(message.id for message in backend.check())
-    assert ids == ["kathikon.E101", "kathikon.E102", "kathikon.E102", "kathikon.W101"]
+    # "elsewhere" is not in KATHIKON["QUEUES"]: kathikon_worker serves it anyway (no W101).
+    assert ids == ["kathikon.E101", "kathikon.E102", "kathikon.E102"]
     assert backends.KathikonBackend("y", {}).check() == []
 
 

@@ -16,6 +16,7 @@ from django.db import connection
 from django.test import override_settings
 
 import kathikon
+from kathikon import storage
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
 
@@ -34,6 +35,7 @@ def ops_json(*args: str):
 
 
 def test_summary_table_and_json(mixed_jobs):
+    storage.register_node("node-a", queues={"default": 10, "emails": 5})
     table = ops("summary")
     header, *lines = table.splitlines()
     assert header.split()[:3] == ["QUEUE", "STATUS", "CONC"]
@@ -128,7 +130,7 @@ def test_prune(job_factory):
     job_factory(state=JobState.COMPLETED, finished_ago=8 * 86400)
     job_factory(state=JobState.DEAD, finished_ago=7200)
     assert ops_json("prune") == {"deleted": 1}
-    assert ops("prune", "--older-than", "1h").strip() == "pruned 1 finished job(s)"
+    assert ops("prune", "--older-than", "1h", "--yes").strip() == "pruned 1 finished job(s)"
     assert not Job.objects.exists()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kathikon import dashboard, report
+from kathikon import conf, dashboard, report
 from kathikon.exceptions import KathikonError
 from kathikon.states import JobState
 
@@ -65,7 +65,11 @@ class Command(BaseCommand):
             command.add_argument("--all", action="store_true", dest="all_queues")
         prune = sub("prune", "Delete finished jobs older than the retention period.")
         prune.add_argument("--older-than", type=duration, default=None,
-                           help="Default: KATHIKON['RETENTION_PERIOD'].")
+                           help="Default: KATHIKON['RETENTION_PERIOD']. Shorter than that "
+                                "needs --yes.")
+        prune.add_argument("--yes", action="store_true",
+                           help="Confirm a prune that deletes jobs younger than the retention "
+                                "period (e.g. --older-than 0: every finished job).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         handler: Callable[[dict[str, Any]], Any] = getattr(self, f"do_{options['action']}")
@@ -80,7 +84,7 @@ class Command(BaseCommand):
         summaries = dashboard.queue_summary()
         if options["json"]:
             return self.emit([summary.as_dict() for summary in summaries])
-        rows = [[s.name, "paused" if s.paused else "running", s.concurrency,
+        rows = [[s.name, s.status, s.concurrency,
                  s.counts["available"], s.counts["scheduled"],
                  s.counts["claimed"] + s.counts["running"], s.counts["retryable"],
                  s.counts["dead"], s.counts["completed"], s.counts["cancelled"],
@@ -89,6 +93,12 @@ class Command(BaseCommand):
         self.table(["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "EXECUTING",
                     "RETRYABLE", "DEAD", "COMPLETED", "CANCELLED", "OLDEST",
                     "DONE 1m/1h", "FAILED 1m/1h"], rows)
+        for s in summaries:
+            waiting = s.counts["available"] + s.counts["scheduled"] + s.counts["retryable"]
+            if s.status == "unserved" and waiting:
+                self.stdout.write(f"queue {s.name}: not served by any live worker ({waiting} "
+                                  "job(s) waiting); start one: manage.py kathikon_worker "
+                                  f"--queues {s.name}, or add it to KATHIKON['QUEUES']")
 
     def do_jobs(self, options: dict[str, Any]) -> None:
         page = dashboard.list_jobs(queue=options["queue"], state=options["state"],
@@ -153,7 +163,13 @@ class Command(BaseCommand):
         self.pause(options, paused=False)
 
     def do_prune(self, options: dict[str, Any]) -> None:
-        deleted = dashboard.prune(older_than=options["older_than"])
+        older_than, retention = options["older_than"], conf.retention_period()
+        if older_than is not None and older_than < retention and not options["yes"]:
+            raise CommandError(
+                f"--older-than {older_than:g}s is shorter than the retention period "
+                f"(KATHIKON['RETENTION_PERIOD'] = {retention:g}s): it deletes finished jobs "
+                "that would be kept. Nothing deleted; add --yes to go ahead.")
+        deleted = dashboard.prune(older_than=older_than)
         if options["json"]:
             return self.emit({"deleted": deleted})
         self.stdout.write(f"pruned {deleted} finished job(s)")

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kathikon.conf import QUEUE_NAME
+from kathikon.conf import MAX_CONCURRENCY, QUEUE_NAME
 
 
 class Command(BaseCommand):
@@ -78,8 +78,9 @@ def parse_queues(value: str | None) -> dict[str, int | None] | None:
         if not QUEUE_NAME.match(name):
             raise CommandError(f"--queues: bad queue name {name!r}")
         if number:
-            if not number.isdigit() or int(number) < 1:
-                raise CommandError(f"--queues: concurrency of {name!r} must be an int >= 1")
+            if not number.isdigit() or not 1 <= int(number) <= MAX_CONCURRENCY:
+                raise CommandError(f"--queues: concurrency of {name!r} must be an int from 1 "
+                                   f"to {MAX_CONCURRENCY}")
             queues[name] = int(number)
         else:
             queues[name] = None
