@@ -32,6 +32,8 @@ from kathikon.exceptions import (
     JobExecuting,
     JobNotFound,
     KathikonError,
+    NotMigrated,
+    StaleLease,
 )
 from kathikon.states import JobState
 from kathikon.workers import Discard, Retry, Snooze, Worker
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
         status,
     )
     from kathikon.models import Job
+    from kathikon.runners import complete, discard, fail, snooze
 
 __version__ = "0.1.0"
 
@@ -71,6 +74,8 @@ _LAZY = {
         "ainsert", "ainsert_many", "apause_queue", "arerun", "aresume_queue", "aretry",
         "aschedule", "astart_queue", "astatus",
     )},
+    **{name: "kathikon.runners" for name in ("complete", "discard", "fail", "snooze")},
+    **{name: "kathikon.aapi" for name in ("acomplete", "adiscard", "afail", "asnooze")},
     "Job": "kathikon.models",
     "Batch": "kathikon.batch",
 }
@@ -93,10 +98,12 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
     "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
-    "JobExecuting", "JobNotFound", "JobState", "KathikonError", "Retry", "Snooze", "Worker",
-    "__version__", "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch",
-    "ahistory", "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue",
-    "aretry", "aschedule", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim",
-    "claim_available", "cron", "dead_jobs", "fetch", "history", "insert", "insert_many",
-    "pause_queue", "rerun", "resume_queue", "retry", "schedule", "start_queue", "status",
+    "JobExecuting", "JobNotFound", "JobState", "KathikonError", "NotMigrated", "Retry", "Snooze",
+    "StaleLease", "Worker", "__version__", "aall", "acancel", "aclaim", "aclaim_available",
+    "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory", "ainsert",
+    "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry", "aschedule",
+    "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim", "claim_available",
+    "complete", "cron", "dead_jobs", "discard", "fail", "fetch", "history", "insert",
+    "insert_many", "pause_queue", "rerun", "resume_queue", "retry", "schedule", "snooze",
+    "start_queue", "status",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from kathikon import api
+from kathikon import api, runners
 
 
 def _twin(func: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
@@ -48,9 +48,13 @@ astart_queue = _twin(api.start_queue)
 apause_queue = _twin(api.pause_queue)
 aresume_queue = _twin(api.resume_queue)
 aschedule = _twin(api.schedule)
+acomplete = _twin(runners.complete)
+afail = _twin(runners.fail)
+adiscard = _twin(runners.discard)
+asnooze = _twin(runners.snooze)
 
 __all__ = [
-    "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch", "ahistory",
-    "ainsert", "ainsert_many", "apause_queue", "arerun", "aresume_queue", "aretry",
-    "aschedule", "astart_queue", "astatus",
+    "aall", "acancel", "aclaim", "aclaim_available", "acomplete", "adead_jobs", "adiscard",
+    "afail", "afetch", "ahistory", "ainsert", "ainsert_many", "apause_queue", "arerun",
+    "aresume_queue", "aretry", "aschedule", "asnooze", "astart_queue", "astatus",
 ]

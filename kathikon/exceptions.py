@@ -34,6 +34,14 @@ class InvalidState(KathikonError):
         self.state = state
 
 
+class NotMigrated(KathikonError):
+    """Kathikon's tables are missing or out of date: run ``python manage.py migrate``."""
+
+
+class StaleLease(KathikonError):
+    """The job was rescued or changed since it was claimed; the outcome was not written."""
+
+
 class InvalidQueue(KathikonError, ValueError):
     """Queue names are 1-63 letters, digits, '_', '-' or '.'."""
 

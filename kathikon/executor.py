@@ -100,6 +100,31 @@ def fail_job(job: Job, exc: Exception, *, duration: float = 0.0) -> Execution:
     return _failed(job, cls(), exc, time.perf_counter() - duration, _queue_time(job))
 
 
+def conclude(job: Job, outcome: Any) -> Execution:
+    """The execution of an attempt run outside ``perform`` (an external runner); writes nothing.
+
+    ``outcome`` is what ``perform`` would have returned (a result, ``Snooze``,
+    ``Discard``) or raised (an exception: a failed attempt, retried with the
+    worker's backoff or ``Retry.in_seconds``, dead at ``max_attempts``).
+    """
+    if isinstance(outcome, Exception) and not isinstance(outcome, (Snooze, Discard)):
+        started = job.started_at or job.inserted_at
+        duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+        return fail_job(job, outcome, duration=max(0.0, duration))
+    try:
+        _, cls = worker_class(job.worker)
+    except KathikonError:
+        cls = Worker
+    if isinstance(outcome, Snooze):
+        ack = Ack(job, JobState.SCHEDULED, delay=outcome.seconds, restore_attempt=True)
+        return Execution(job, "snoozed", ack, cls, outcome, 0.0, _queue_time(job))
+    if isinstance(outcome, Discard):
+        ack = Ack(job, JobState.DEAD, error=_error(job, outcome))
+        return Execution(job, "discarded", ack, cls, outcome, 0.0, _queue_time(job))
+    ack = Ack(job, JobState.COMPLETED, result=_storable(outcome))
+    return Execution(job, "completed", ack, cls, None, 0.0, _queue_time(job))
+
+
 _async_workers: dict[type[Worker], bool] = {}
 
 

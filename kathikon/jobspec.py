@@ -187,6 +187,25 @@ def dump_args(args: Any, key: str = "args") -> tuple[dict[str, Any], str]:
     return args, text
 
 
+def dump_value(value: Any, key: str) -> str:
+    """The JSON text of any JSON value (a result, say), checked as ``dump_args`` checks args."""
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise _too_deep(key) from None
+    except (TypeError, ValueError):
+        raise InvalidJob(f"{key} must be JSON: str, int, float, bool, None, and lists or "
+                         "dicts of them with string keys", key=key) from None
+    if _SUSPECT_ESCAPE.search(text):
+        _check_text(value, key)
+    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise _too_deep(key)
+    if json.loads(text) != value:
+        raise InvalidJob(f"{key} does not survive a JSON round trip (tuples, for one, come "
+                         "back as lists)", key=key)
+    return text
+
+
 def _too_deep(key: str) -> InvalidJob:
     return InvalidJob(f"{key} is nested more than {MAX_JSON_DEPTH} levels deep (dicts and "
                       "lists; MariaDB refuses deeper JSON, so every database does)", key=key)

@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 import kathikon
-from kathikon import aapi, api
+from kathikon import aapi, api, runners
 from kathikon.testing import drain_queue
 from tests import workers
 
@@ -17,8 +17,9 @@ def test_every_public_function_has_an_async_twin():
     for name in aapi.__all__:
         assert inspect.iscoroutinefunction(getattr(kathikon, name)), name
         assert getattr(kathikon, name) is getattr(aapi, name)
-        assert name[1:] in api.__all__
-    assert set(aapi.__all__) == {f"a{name}" for name in api.__all__ if name != "InsertResult"}
+        assert name[1:] in api.__all__ + runners.__all__
+    public = [*api.__all__, *runners.__all__]
+    assert set(aapi.__all__) == {f"a{name}" for name in public if name != "InsertResult"}
 
 
 def test_async_twins_round_trip(db):
