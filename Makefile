@@ -9,7 +9,7 @@ help:
 	@echo "make test    set up, then run the whole suite on SQLite, PostgreSQL and MariaDB"
 	@echo "make lint    ruff, mypy and the migrations check"
 	@echo "make docs    build the documentation into site/ (offline)"
-	@echo "make bench   benchmarks (PostgreSQL; MariaDB and SQLite labelled) -> docs/benchmarks.md"
+	@echo "make bench   benchmarks (PostgreSQL; MariaDB and SQLite labelled; peers via the shared harness) -> docs/benchmarks.md"
 
 venv:
 	@scripts/bootstrap.sh primary

@@ -4,6 +4,7 @@
     python -m benchmarks --quick              # ~1 min smoke run (small N), prints only
     python -m benchmarks --db postgres --only enqueue,drain
     python -m benchmarks --only admin         # the admin page timings (1M jobs)
+    python -m benchmarks --only peers         # side by side with pgqueuer, oban-py, chancy, ...
 
 Each database runs in its own ``benchmarks.runner`` process (Django is set up
 once per process); the database ``kathikon_bench`` is created and dropped.
@@ -25,8 +26,8 @@ from benchmarks import dbs, report
 from benchmarks.procs import ROOT, worker_env
 from benchmarks.runner import PHASES
 
-ALL_PHASES = (*PHASES, "admin")
-DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "admin")
+ALL_PHASES = (*PHASES, "admin", "peers")
+DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "admin", "peers")
 
 
 def admin_available() -> bool:
@@ -60,6 +61,29 @@ def run_admin(quick: bool) -> dict[str, Any]:
                           stdout=subprocess.PIPE, text=True)
     sys.stdout.write(proc.stdout)
     return {"returncode": proc.returncode, "output": proc.stdout,
+            "seconds": time.monotonic() - started}
+
+
+def run_peers(quick: bool) -> dict[str, Any]:
+    """The shared peer harness (``benchmarks.peers``): Kathikon next to the fastest peers."""
+    from benchmarks import peers
+
+    if peers.harness_source() is None:
+        why = (f"peer harness not found at {peers.DEFAULT_HARNESS} (set KATHIKON_PEER_HARNESS)")
+        sys.stderr.write(f"[peers] skipped: {why}\n")
+        return {"skipped": why}
+    sys.stderr.write("[peers] the shared harness: " + ", ".join(peers.DEFAULT_PEERS) + "\n")
+    started = time.monotonic()
+    try:
+        run_dir, version = peers.run(peers.DEFAULT_PEERS, quick=quick)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        sys.stderr.write(f"[peers] failed: {exc}\n")
+        return {"error": str(exc), "seconds": time.monotonic() - started}
+    text = peers.render(run_dir, version)
+    if not quick:
+        (ROOT / "benchmarks" / "peers.md").write_text(text)
+    sys.stdout.write(text)
+    return {"run_dir": str(run_dir), "version": version, "text": text,
             "seconds": time.monotonic() - started}
 
 
@@ -117,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["admin"] = run_admin(args.quick)
             else:
                 sys.stderr.write("[admin] skipped: benchmarks/admin_pages.py is not there\n")
+        if "peers" in phases:
+            results["peers"] = run_peers(args.quick)
     results["seconds"] = time.monotonic() - started
 
     text = report.summary(results)
@@ -132,4 +158,5 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.write(f"done in {results['seconds'] / 60:.1f} min\n")
     failed = any(v.get("errors") for v in results["vendors"].values())
     failed = failed or results.get("admin", {}).get("returncode", 0) != 0
+    failed = failed or "error" in results.get("peers", {})
     return 1 if failed else 0
