@@ -132,13 +132,15 @@ def history(job_id: object) -> list[dict[str, Any]]:
 
 def claim(job_id: object, *, node: str | None = None) -> Job:
     """Claim one job for an external runner (state ``claimed``); see ``claim_available``."""
-    return storage.claim_job(job_id, node or default_node())
+    with storage.schema.explain_missing_schema():
+        return storage.claim_job(job_id, node or default_node())
 
 
 def claim_available(queue: str = "default", *, node: str | None = None) -> Job | None:
     """Claim the best due job of ``queue`` (state ``claimed``), or ``None``."""
     storage.queues.validate_name(queue)
-    jobs = storage.claim_jobs(queue, 1, node or default_node(), into=JobState.CLAIMED)
+    with storage.schema.explain_missing_schema():
+        jobs = storage.claim_jobs(queue, 1, node or default_node(), into=JobState.CLAIMED)
     return jobs[0] if jobs else None
 
 

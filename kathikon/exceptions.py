@@ -37,6 +37,10 @@ class InvalidState(KathikonError):
 class NotMigrated(KathikonError):
     """Kathikon's tables are missing or out of date: run ``python manage.py migrate``."""
 
+    #: What ``kathikon_worker`` exits with (sysexits' EX_CONFIG); its supervisor does not
+    #: restart a worker that exited so.
+    exit_code = 78
+
 
 class StaleLease(KathikonError):
     """The job was rescued or changed since it was claimed; the outcome was not written."""

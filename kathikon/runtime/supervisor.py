@@ -21,6 +21,8 @@ from typing import Any
 
 from django.db import connections
 
+from kathikon.exceptions import NotMigrated
+
 logger = logging.getLogger("kathikon.runtime")
 
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
@@ -88,6 +90,9 @@ class Supervisor:
         logger.info("kathikon supervisor %d: started worker %d (pid %d)", parent, index, pid)
 
     def _reaped(self, index: int, pid: int, code: int) -> None:
+        if code == NotMigrated.exit_code:  # no restart can fix it: the worker said why
+            self._exit_code = code
+            return
         if self._stopping or (self.burst and code == 0):
             if code != 0:
                 self._exit_code = code if code > 0 else 1

@@ -28,6 +28,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, connections
 
 from kathikon import conf, signals, storage
+from kathikon.exceptions import NotMigrated
 from kathikon.executor import Execution
 from kathikon.models import Node
 from kathikon.runtime.acker import Acker
@@ -89,7 +90,8 @@ class WorkerProcess:
     # -- public ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; returns the exit code (0, or 1 after an internal failure)."""
+        """Run until stopped; returns the exit code (0, 1 after an internal failure,
+        ``NotMigrated.exit_code`` when the database lacks Kathikon's tables)."""
         if self.handle_signals:
             self._install_signal_handlers()
         try:
@@ -97,6 +99,9 @@ class WorkerProcess:
         except _StoppedEarly:
             logger.info("kathikon worker %s stopped before it started", self.node)
             return self.exit_code
+        except NotMigrated as exc:  # retrying cannot help: a deploy step is missing
+            logger.error("kathikon worker %s cannot start: %s", self.node, exc)
+            return NotMigrated.exit_code
         try:
             self.started.set()
             self._main_loop()
@@ -134,10 +139,16 @@ class WorkerProcess:
         failures = 0
         while True:
             try:
+                pending = storage.schema.pending_migrations()
+                if pending:
+                    raise storage.schema.not_migrated(
+                        f"{len(pending)} migration(s) not applied: {', '.join(pending)}")
                 limits = self._queue_limits(storage.queue_rows())
                 storage.register_node(self.node, socket.gethostname(), os.getpid(), limits)
                 return limits
             except (DatabaseError, InterfaceError) as exc:
+                if storage.schema.is_missing_schema(exc):
+                    raise storage.schema.not_migrated(str(exc).strip()) from exc
                 failures += 1
                 delay = min(0.5 * 2 ** min(failures, 6), 30.0)
                 logger.warning("kathikon worker %s: database unavailable at start-up (%s: %s); "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.core.management import call_command
 
-from kathikon.storage import batches, cron, notify, queues, reports, vendor
+from kathikon.storage import batches, cron, notify, queues, reports, schema, vendor
 from kathikon.storage.acks import Ack, ack_jobs
 from kathikon.storage.claims import claim_job, claim_jobs, start_job
 from kathikon.storage.events import events_for, record_event, record_events
@@ -83,7 +83,8 @@ __all__ = [
     "heartbeat", "held_jobs", "insert", "insert_job", "insert_jobs", "is_postgres", "job_pk",
     "live_nodes", "mark_node_stopped", "mark_node_stopping", "notify", "paused_queues",
     "promote_scheduled", "prune_jobs", "queue_rows", "queues", "record_event", "record_events",
-    "register_node", "reports", "rerun_job", "rescue_jobs", "reset", "retry_job", "set_all_paused",
+    "register_node", "reports", "rerun_job", "rescue_jobs", "reset", "retry_job", "schema",
+    "set_all_paused",
     "set_node_queues", "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job",
     "vendor",
 ]

@@ -25,6 +25,7 @@ from kathikon.ids import parse_id
 from kathikon.models import Batch, Job
 from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import vendor
+from kathikon.storage.schema import explain_missing_schema
 
 #: Key set on a parent's ``meta`` while it waits, already performed, for its batch to close.
 AWAITING = "kathikon_awaiting_batch"
@@ -50,7 +51,8 @@ def insert_batch(*, parent_job_id: uuid.UUID | None, worker: str, args: dict[str
     batch = Batch(parent_job_id=parent_job_id, on_complete_worker=worker,
                   on_complete_args=args, on_complete_options=options,
                   inserted_at=vendor.now())
-    batch.save(force_insert=True, using=vendor.alias())
+    with explain_missing_schema():
+        batch.save(force_insert=True, using=vendor.alias())
     return batch
 
 

@@ -19,6 +19,7 @@ from kathikon.jobspec import JobRow
 from kathikon.models import Job
 from kathikon.states import JobState
 from kathikon.storage import notify, vendor
+from kathikon.storage.schema import explain_missing_schema
 
 _INSERT_COLUMNS = ("id, queue, worker, args, state, priority, max_attempts, scheduled_at, "
                    "available_at, inserted_at, meta, batch_id, parent_job_id, cron_id, "
@@ -69,11 +70,12 @@ def _pg_copy_values(row: JobRow) -> tuple[Any, ...]:
 def insert_job(row: JobRow) -> Job:
     """Insert one job in the caller's transaction (or autocommit) and return it."""
     job = row.to_job()
-    if vendor.is_postgres():
-        with vendor.connection().cursor() as cursor:
-            cursor.execute(_PG_INSERT_ONE, _pg_values(row))
-    else:
-        job.save(force_insert=True, using=vendor.alias())
+    with explain_missing_schema():
+        if vendor.is_postgres():
+            with vendor.connection().cursor() as cursor:
+                cursor.execute(_PG_INSERT_ONE, _pg_values(row))
+        else:
+            job.save(force_insert=True, using=vendor.alias())
     job._state.adding = False
     job._state.db = vendor.alias()
     return job
@@ -82,7 +84,7 @@ def insert_job(row: JobRow) -> Job:
 def insert_jobs(rows: Sequence[JobRow], chunk_size: int = 500) -> list[uuid.UUID]:
     """Insert many jobs with one statement per chunk (PostgreSQL: ``COPY``)."""
     ids: list[uuid.UUID] = []
-    with vendor.atomic():
+    with explain_missing_schema(), vendor.atomic():
         copy = vendor.is_postgres() and _can_copy()
         for start in range(0, len(rows), chunk_size):
             chunk = rows[start:start + chunk_size]
