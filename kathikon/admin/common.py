@@ -23,9 +23,9 @@ STATE_COLOURS = {
 }
 
 
-def badge(text: str, colour: str) -> SafeString:
-    return format_html('<span class="kathikon-badge" style="background:{}">{}</span>',
-                       colour, text)
+def badge(text: str, colour: str, title: str = "") -> SafeString:
+    return format_html('<span class="kathikon-badge" style="background:{}" title="{}">{}</span>',
+                       colour, title or text, text)
 
 
 def state_badge(state: str) -> SafeString:

@@ -85,7 +85,7 @@ class QueueAdmin(ActionsMixin):
             "name",
             column("status", lambda s: badge("paused", "#cf222e") if s.paused
                    else badge("running", "#2da44e") if s.served
-                   else badge("not served by any live worker", "#d4761c")),
+                   else badge("not served", "#d4761c", "not served by any live worker")),
             column("concurrency", lambda s: s.concurrency),
             column("available", lambda s: s.counts["available"]),
             column("scheduled", lambda s: s.counts["scheduled"]),
@@ -155,6 +155,7 @@ class QueueChangeList(ChangeList):
         self.result_list = rows
         self.result_count = len(rows)
         self.full_result_count = len(rows) if self.full_result_count is not None else None
+        self.show_admin_actions = bool(rows)  # Django counted the rows alone
 
 
 def _each_queue(names: Iterable[str], operation: Callable[[str], None]

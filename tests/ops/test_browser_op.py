@@ -19,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 import kathikon
-from kathikon import report
+from kathikon import report, storage
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
 from tests import workers
@@ -222,3 +222,32 @@ def test_view_only_staff_cannot_retry(browser, live_server, jobs):
         headers={"X-CSRFToken": csrf, "Referer": f"{live_server.url}/admin/"})
     assert response.status == 403
     assert kathikon.fetch(jobs["dead"].id).state == JobState.DEAD
+
+
+CHANGE_LISTS = ("job", "queue", "cronschedule", "batch", "node")
+
+
+@pytest.mark.parametrize("model", CHANGE_LISTS)
+def test_change_lists_fit_a_1400px_window(browser, live_server, jobs, shots, model):
+    """With the navigation sidebar open, nothing is cut off on the right at 1400 px."""
+    storage.register_node("web-1:4242", queues={"default": 10, "emails": 5})
+    kathikon.schedule(workers.Succeed, {"report": "daily"}, cron="0 9 * * 1-5")
+    make_job(queue="reports")  # a queue no live worker serves: the widest status badge
+    page = login(browser, live_server, "root")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{live_server.url}/admin/kathikon/{model}/")
+    page.wait_for_selector("#changelist")
+    # Django wraps the table in a box that scrolls sideways: what does not fit is hidden
+    # behind the filter panel, so measure the box, not the page.
+    sizes = page.evaluate("""() => {
+        const box = document.querySelector('#changelist .results');
+        const table = document.querySelector('#result_list');
+        const filter = document.querySelector('#changelist-filter');
+        return {viewport: window.innerWidth, page: document.documentElement.scrollWidth,
+                overflow: box ? box.scrollWidth - box.clientWidth : 0,
+                table: table ? table.getBoundingClientRect().right : 0,
+                filter: filter ? filter.getBoundingClientRect().left : window.innerWidth};
+    }""")
+    page.screenshot(path=str(shots / f"admin-{model}-1400.png"))  # the window, as seen
+    assert sizes["page"] <= sizes["viewport"], sizes
+    assert sizes["overflow"] <= 0 and sizes["table"] <= sizes["filter"], str(sizes)

@@ -166,10 +166,13 @@ def test_queues_page_get_writes_nothing(admin_client_op, job_factory):
     assert list(Queue.objects.values_list("name", "paused", "concurrency", "updated_at")) == before
     html = response.content.decode()
     assert all(f'value="{name}"' in html for name in ("default", "emails", "reports", "adhoc"))
+    assert 'name="action"' in html and "pause_queues" in html  # actions offered for them
 
 
 def test_queue_without_row_can_be_paused_and_overridden_by_a_post(admin_client_op, job_factory):
     job_factory(queue="reports")
+    html = admin_client_op.get(reverse("admin:kathikon_queue_changelist")).content.decode()
+    assert not Queue.objects.exists() and 'name="action"' in html  # no row, still actions
     url = reverse("admin:kathikon_queue_changelist")
     admin_client_op.post(url, {"action": "pause_queues", "index": "0",
                                "_selected_action": ["reports"]})
