@@ -45,14 +45,21 @@ make_venv() {  # dir python-version django-spec extras [pinned requirement]
     echo "bootstrap: Python $pyv not found; skipping $dir" >&2
     return 0
   fi
-  echo "bootstrap: creating $dir (Python $pyv, $django)"
+  # Progress on every step: a fresh install takes a minute or more, never in silence.
+  echo "bootstrap: creating $dir (Python $pyv, $django); about a minute on a fresh machine"
   rm -rf "$dir"
+  echo "bootstrap: [1/3] virtualenv $dir"
   "$py" -m venv "$dir"
+  echo "bootstrap: [2/3] upgrading pip"
   "$dir/bin/pip" install -q --upgrade pip 2>&1 | grep -v -i warning || true
+  echo "bootstrap: [3/3] installing Django, Kathikon and their dependencies (one line each)"
   # shellcheck disable=SC2086  # $pinned is empty or one requirement
-  "$dir/bin/pip" install -q "$django" $pinned -e ".[$extras]" 2>&1 | grep -v -i warning || true
+  "$dir/bin/pip" install --progress-bar off "$django" $pinned -e ".[$extras]" 2>&1 \
+    | grep --line-buffered -E '^(Collecting|Obtaining|ERROR)' \
+    | sed -u -e 's/^Collecting /  - /' -e 's/^Obtaining /  - /' || true
   "$dir/bin/python" -c "import django, kathikon" || { echo "bootstrap: $dir is broken" >&2; exit 1; }
   echo "$want" > "$stamp"
+  echo "bootstrap: $dir is ready"
 }
 
 make_venv .venv 3.13 "django>=6.0,<7" "dev,docs,typing"
