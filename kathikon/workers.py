@@ -89,13 +89,13 @@ def resolve_worker(path: str) -> type[Worker]:
     missing = object()
     try:
         target: Any = import_module(module_name)
-    except (ImportError, ValueError):
+    except (ImportError, ValueError, TypeError):
         # The class may be nested (module.Outer.Inner): walk up the path.
         parts = path.split(".")
         for split in range(len(parts) - 1, 0, -1):
             try:
                 target = import_module(".".join(parts[:split]))
-            except (ImportError, ValueError):
+            except (ImportError, ValueError, TypeError):
                 continue
             module_name = ".".join(parts[:split])
             for name in parts[split:]:

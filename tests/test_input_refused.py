@@ -102,6 +102,15 @@ def test_batches_refuse_unimportable_children_and_callbacks():
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize("path", ["..relative", ".a.b", "te\x00sts.workers.X",
+                                  "tests.workers.Succ\x00eed", "tests.wor\ud800kers.X"])
+def test_worker_paths_that_cannot_import_are_invalid_jobs(path):
+    with pytest.raises(kathikon.InvalidJob, match="unknown worker") as info:
+        kathikon.insert(path, {})
+    assert info.value.key == "worker"
+    assert Job.objects.count() == 0
+
+
 def test_batch_start_without_on_complete_means_no_callback():
     batch = kathikon.Batch.start(None, [(workers.Succeed, {})])
     assert (batch.status, batch.on_complete, batch.total) == ("closed", "", 1)
@@ -263,3 +272,19 @@ def test_settings_queue_keys_must_match_as_a_whole(settings):
     settings.KATHIKON = {"QUEUES": {"default\n": {"concurrency": 2}}}
     errors = [message for message in checks.run_checks() if message.id == "kathikon.E003"]
     assert errors and "'default\\n'" in errors[0].msg
+
+
+def test_settings_bounds_match_the_columns(settings):
+    from django.core import checks
+
+    settings.KATHIKON = {"MAX_ATTEMPTS": 2**31}
+    assert any(message.id == "kathikon.E005" and "1..2147483647" in message.msg
+               for message in checks.run_checks())
+    settings.KATHIKON = {"CRON": [
+        {"name": "nul", "cron": "* * * * *", "worker": "tests.workers.Succeed",
+         "args": {"x": "\x00"}},
+        {"name": "shell", "cron": "* * * * *", "worker": "builtins.Resize"},
+    ]}
+    cron = [message.msg for message in checks.run_checks() if message.id == "kathikon.E013"]
+    assert any("CRON'][0]" in text and "NUL" in text for text in cron)
+    assert any("CRON'][1]" in text and "unknown worker" in text for text in cron)
