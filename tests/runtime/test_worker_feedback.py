@@ -63,3 +63,18 @@ def test_queues_tasks_declares_are_served_by_default(worker_processes):
     assert worker.wait(20) == 0, worker.log()
     assert "queues: default (10), emails (10)" in worker.log()
     assert kathikon.fetch(job.id).state == "completed"
+
+
+def test_a_queue_started_later_counts_as_served(worker_processes):
+    from kathikon import report
+
+    from .conftest import wait_until
+
+    worker = worker_processes.start("--node", "late-queues", settings=FAST)
+    worker.wait_for_log("kathikon worker late-queues running")
+    assert "late" not in report.served_queues() and "default" in report.served_queues()
+    kathikon.start_queue("late")
+    wait_until(lambda: "late" in report.served_queues(), 10, message="node records 'late'")
+    job = kathikon.insert(workers.Succeed, {}, queue="late")
+    wait_until(lambda: kathikon.fetch(job.id).state == "completed", 10, message="late job ran")
+    assert {s.name: s.status for s in report.queue_summary()}["late"] == "running"
