@@ -90,6 +90,14 @@ def test_fail_with_retry_in_sets_the_next_attempt(claimed):
     assert stored.errors[-1]["message"] == "rate limited"
 
 
+def test_error_text_the_database_cannot_store_is_replaced_not_refused(claimed):
+    job = claimed()
+    kathikon.fail(job, RuntimeError("tool said a\x00b \ud800"))
+    stored = kathikon.fetch(job.id)
+    assert stored.state == "retryable"
+    assert stored.errors[-1]["message"] == "tool said a\ufffdb \ufffd"
+
+
 def test_discard_makes_the_job_dead_with_the_reason(claimed):
     job = claimed(max_attempts=10)
     kathikon.discard(job, "corrupt input file")
