@@ -33,6 +33,10 @@ OPTION_KEYS = frozenset({
 })
 
 _worker_cache: dict[str, type[Worker]] = {}
+# Where a class typed into a script or a shell lives: ``python script.py`` and IPython
+# (__main__), ``manage.py shell`` (builtins) and its ``-c`` / piped stdin (the command module).
+_SHELL_MODULES = frozenset({"__main__", "__mp_main__", "builtins",
+                            "django.core.management.commands.shell"})
 _valid_queues: set[str] = set()  # names that passed QUEUE_NAME (insert_many checks each spec)
 # One encoder for every job: ``json.dumps(obj, **options)`` builds a new one per call.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
@@ -143,7 +147,7 @@ def _check_importable(path: str, cls: type[Worker]) -> None:
     if "<locals>" in cls.__qualname__:
         raise InvalidJob(f"worker {path} is defined inside a function; workers must be "
                          "importable by their dotted path", key="worker")
-    if cls.__module__ in ("__main__", "__mp_main__", "builtins"):
+    if cls.__module__ in _SHELL_MODULES:
         raise InvalidJob(
             f"worker {cls.__qualname__} is defined in {cls.__module__} (a script run directly "
             "or an interactive shell such as manage.py shell), so a worker process cannot "

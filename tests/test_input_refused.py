@@ -156,6 +156,32 @@ def test_a_script_run_as_main_gets_the_reason_and_nothing_is_committed(tmp_path)
     assert Job.objects.count() == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_manage_py_shell_gets_the_reason_and_nothing_is_committed(tmp_path):
+    """The real thing: ``manage.py shell -c`` (piped stdin runs the same way)."""
+    command = textwrap.dedent("""
+        import kathikon
+
+        class Resize(kathikon.Worker):
+            def perform(self, job):
+                return None
+
+        try:
+            kathikon.insert(Resize, {"image": 1})
+        except kathikon.InvalidJob as exc:
+            print("refused:", exc)
+    """)
+    env = WorkerProcesses(tmp_path).environment()
+    done = subprocess.run([sys.executable, "testproject/manage.py", "shell", "-c", command],
+                          env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "refused: worker Resize is defined in django.core.management.commands.shell" in (
+        done.stdout)
+    assert "manage.py shell" in done.stdout
+    assert Job.objects.count() == 0
+
+
 # -- values the database would refuse ----------------------------------------------------------
 
 
