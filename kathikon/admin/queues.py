@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import path, reverse
 
 from kathikon import dashboard, report
-from kathikon.admin.common import ActionsMixin, KathikonMedia, age, badge
+from kathikon.admin.common import COUNT_CAP, ActionsMixin, KathikonMedia, age, badge
 from kathikon.conf import MAX_CONCURRENCY
 from kathikon.exceptions import KathikonError
 from kathikon.models import Queue
@@ -40,7 +40,7 @@ class QueueAdmin(ActionsMixin):
     def summaries(self, request: HttpRequest) -> dict[str, report.QueueSummary]:
         cached = getattr(request, "_kathikon_queue_summary", None)
         if cached is None:
-            cached = {s.name: s for s in report.queue_summary()}
+            cached = {s.name: s for s in report.queue_summary(count_cap=COUNT_CAP)}
             request._kathikon_queue_summary = cached  # type: ignore[attr-defined]
         return cached
 
@@ -87,12 +87,12 @@ class QueueAdmin(ActionsMixin):
                    else badge("running", "#2da44e") if s.served
                    else badge("not served", "#d4761c", "not served by any live worker")),
             column("concurrency", lambda s: s.concurrency),
-            column("available", lambda s: s.counts["available"]),
-            column("scheduled", lambda s: s.counts["scheduled"]),
+            column("available", lambda s: s.count_text("available")),
+            column("scheduled", lambda s: s.count_text("scheduled")),
             column("executing", lambda s: s.counts["claimed"] + s.counts["running"]),
-            column("retryable", lambda s: s.counts["retryable"]),
-            column("dead", lambda s: s.counts["dead"]),
-            column("completed", lambda s: s.counts["completed"]),
+            column("retryable", lambda s: s.count_text("retryable")),
+            column("dead", lambda s: s.count_text("dead")),
+            column("completed", lambda s: s.count_text("completed")),
             column("oldest waiting", lambda s: age(s.oldest_available_age)),
             column("done / failed (1 h)",
                    lambda s: f"{s.completed_last_hour} / {s.failed_last_hour}"),

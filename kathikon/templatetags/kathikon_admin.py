@@ -20,13 +20,14 @@ def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
     if user is None or not (user.has_perm("kathikon.view_job")
                             or user.has_perm("kathikon.view_queue")):
         return {"allowed": False}
-    from kathikon.admin.common import age
+    from kathikon.admin.common import COUNT_CAP, age
 
     queues = [{**summary.as_dict(), "executing": summary.counts["claimed"]
                + summary.counts["running"], "oldest": age(summary.oldest_available_age),
                "waiting": summary.counts["available"] + summary.counts["scheduled"]
-               + summary.counts["retryable"]}
-              for summary in report.queue_summary()]
+               + summary.counts["retryable"],
+               "shown": {state: summary.count_text(state) for state in summary.counts}}
+              for summary in report.queue_summary(count_cap=COUNT_CAP)]
     return {
         "allowed": True,
         "queues": queues,

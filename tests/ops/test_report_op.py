@@ -12,6 +12,7 @@ import kathikon
 from kathikon import report
 from kathikon.models import Queue
 from kathikon.states import JobState
+from tests import workers
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +110,25 @@ def test_reports_of_an_empty_database(db):
     assert [s.name for s in report.queue_summary()] == ["default", "emails"]
     assert report.failure_summary() == []
     assert kathikon.all() == []
+
+
+def test_capped_counts_are_exact_below_the_cap_and_estimates_above(job_factory, vendor,
+                                                                   django_assert_max_num_queries):
+    kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(30)])
+    kathikon.insert_many([(workers.Succeed, {"i": i}, {"queue": "emails"}) for i in range(3)])
+    with django_assert_max_num_queries(5):  # rows, live nodes, counts, one estimate, activity
+        summaries = {s.name: s for s in report.queue_summary(count_cap=10)}
+    exact = {s.name: s for s in report.queue_summary()}
+    assert exact["default"].counts[JobState.AVAILABLE] == 30
+    emails = summaries["emails"]
+    assert emails.counts[JobState.AVAILABLE] == 3 and emails.estimated == ()
+    assert emails.count_text(JobState.AVAILABLE) == "3"
+    default = summaries["default"]
+    if vendor == "postgresql":  # capped at 10, then the planner's estimate (at least 11)
+        assert default.estimated == (JobState.AVAILABLE,)
+        assert default.counts[JobState.AVAILABLE] >= 11
+        assert default.count_text(JobState.AVAILABLE).startswith("≈")
+    else:  # exact everywhere else
+        assert default.estimated == ()
+        assert default.counts[JobState.AVAILABLE] == 30
+    assert default.counts[JobState.COMPLETED] == 0 and default.count_text("completed") == "0"
