@@ -149,14 +149,19 @@ def served_queues() -> set[str]:
 
 
 def failure_summary(*, window: float | dt.timedelta = 24 * 3600, limit: int = 100,
-                    now: dt.datetime | None = None) -> list[FailureSummary]:
+                    now: dt.datetime | None = None,
+                    scan_cap: int | None = None) -> list[FailureSummary]:
     """Failures grouped by worker and error kind, most frequent first (one query).
 
     Looks at dead and retryable jobs that failed within ``window`` (seconds or a
-    timedelta, default one day) and groups them by their *last* error.
+    timedelta, default one day) and groups them by their *last* error. With
+    ``scan_cap`` only the newest ``scan_cap`` dead and as many retryable jobs of
+    the window are read (the admin's overview: its cost no longer grows with the
+    number of failures).
     """
     since = window_start(window, now or vendor.now(), what="window")
-    return [FailureSummary(**row) for row in reports.failure_rows(since, limit=limit)]
+    rows = reports.failure_rows(since, limit=limit, scan_cap=scan_cap)
+    return [FailureSummary(**row) for row in rows]
 
 
 def window_start(window: float | dt.timedelta, now: dt.datetime, *, what: str) -> dt.datetime:

@@ -19,6 +19,8 @@ from kathikon import dashboard
 # The admin counts each queue's jobs per state up to this many; above it the figure is the
 # planner's estimate (PostgreSQL), marked "≈", so the pages cost the same at 10M jobs.
 COUNT_CAP = 10_000
+# The overview groups the newest this many dead (and retryable) jobs of the last day.
+FAILURE_SAMPLE = 5_000
 
 STATE_COLOURS = {
     "scheduled": "#6c757d", "available": "#1f6feb", "claimed": "#8250df",

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -24,6 +25,19 @@ from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import events, reports
 from kathikon.storage import queues as queue_storage
 from kathikon.timeline import job_history
+
+
+class JobChangeList(ChangeList):
+    """Always a LIMIT: Django reads a list that fits one page without one, and for a rare
+    filter combination on a big table PostgreSQL then sorts every candidate row instead of
+    walking an index newest first (measured: 1.8 s at 10M jobs, 1 ms with the LIMIT)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        if not self.multi_page:
+            limit = self.list_max_show_all if self.show_all else self.list_per_page
+            self.result_list = self.result_list[:limit]
+
 
 # -- filters ---------------------------------------------------------------------------------
 
@@ -112,6 +126,9 @@ class JobAdmin(ActionsMixin):
     Media = KathikonMedia
 
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per filter choice
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
 
     # Jobs are changed by actions only, never edited as free text.
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -9,7 +9,6 @@ so the pages stay fast with millions of rows.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -34,8 +33,8 @@ def queue_state_counts(cap: int | None = None) -> list[dict[str, Any]]:
     Without ``cap``: one GROUP BY, an index-only scan of ``(queue, state)``, so it
     reads every job. With ``cap`` on PostgreSQL: each (queue, state) is counted
     only up to ``cap`` rows (one statement, a bounded index-only scan each) and a
-    count that reaches it is replaced by the planner's estimate (``estimated``
-    True; one ``EXPLAIN`` per such count): the cost no longer grows with the table.
+    count that reaches it is replaced by an estimate from the planner's statistics
+    (``estimated`` True; one more query): the cost no longer grows with the table.
     """
     if cap is not None and vendor.is_postgres():
         return _capped_queue_state_counts(cap)
@@ -61,21 +60,33 @@ def _capped_queue_state_counts(cap: int) -> list[dict[str, Any]]:
         FROM q CROSS JOIN unnest(%s::text[]) AS s(state)
         WHERE q.queue IS NOT NULL
     """
-    rows = []
     with vendor.connection().cursor() as cursor:
         cursor.execute(sql, [cap + 1, list(JobState.values)])
         counted = cursor.fetchall()
-        for queue, state, count in counted:
-            estimated = count > cap
-            if estimated:
-                cursor.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} "
-                               "WHERE queue = %s AND state = %s", [queue, state])
-                plan = cursor.fetchone()[0]
-                plan = json.loads(plan) if isinstance(plan, str) else plan
-                count = max(int(plan[0]["Plan"]["Plan Rows"]), cap + 1)
-            if count:
-                rows.append({"queue": queue, "state": state, "count": count,
-                             "estimated": estimated})
+        share: dict[tuple[str, str], float] = {}
+        total = 0.0
+        if any(count > cap for _, _, count in counted):
+            # The planner's statistics in one query: rows in the table and the share of
+            # each common queue and state (a count above the cap is total x both shares).
+            cursor.execute("""
+                SELECT c.reltuples, s.attname, s.most_common_vals::text::text[],
+                       s.most_common_freqs
+                FROM pg_class AS c LEFT JOIN pg_stats AS s
+                  ON s.schemaname = current_schema() AND s.tablename = c.relname
+                 AND s.attname IN ('queue', 'state')
+                WHERE c.oid = %s::regclass""", [Job._meta.db_table])
+            for reltuples, column, values, freqs in cursor.fetchall():
+                total = max(total, float(reltuples or 0))
+                for value, freq in zip(values or [], freqs or [], strict=False):
+                    share[(column, value)] = float(freq)
+    rows = []
+    for queue, state, count in counted:
+        estimated = count > cap
+        if estimated:
+            guess = total * share.get(("queue", queue), 0.0) * share.get(("state", state), 0.0)
+            count = max(int(guess), cap + 1)
+        if count:
+            rows.append({"queue": queue, "state": state, "count": count, "estimated": estimated})
     return rows
 
 
@@ -91,22 +102,65 @@ def queue_activity(now: dt.datetime) -> list[dict[str, Any]]:
     q = vendor.connection().ops.quote_name
     queue, state, available, completed = (q("queue"), q("state"), q("available_at"),
                                           q("completed_at"))
-    sql = f"""
+    oldest = f"""
         SELECT {queue}, NULL, MIN({available}), 0, 0 FROM {vendor.table(Job)}
-        WHERE {state} IN (%s, %s) AND {available} <= %s GROUP BY {queue}
+        WHERE {state} IN (%s, %s) AND {available} <= %s GROUP BY {queue}"""
+    params: list[Any] = [*CLAIMABLE_STATES, now]
+    if vendor.is_postgres():
+        oldest, params = _oldest_due_postgres(now)
+    sql = f"""{oldest}
         UNION ALL
         SELECT {queue}, {state}, NULL, COUNT(*),
                SUM(CASE WHEN {completed} >= %s THEN 1 ELSE 0 END)
         FROM {vendor.table(Job)}
         WHERE {completed} >= %s AND {state} IN (%s, %s) GROUP BY {queue}, {state}
     """
-    params: list[Any] = [*CLAIMABLE_STATES, now, minute_ago, hour_ago, *FINISHED_STATES]
+    params += [minute_ago, hour_ago, *FINISHED_STATES]
     with vendor.connection().cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [{"queue": name, "state": kind, "oldest_available_at": _parse_time(oldest),
              "last_hour": int(hour or 0), "last_minute": int(minute or 0)}
             for name, kind, oldest, hour, minute in rows]
+
+
+def _oldest_due_postgres(now: dt.datetime) -> tuple[str, list[Any]]:
+    """Each queue's oldest due claimable job without reading the whole backlog.
+
+    A loose scan of the claim index ``(queue, priority DESC, available_at)``: hop
+    from queue to queue and, within one, from priority to priority; the first due
+    entry of each (queue, priority) is that level's oldest. A few index probes per
+    queue and priority, whether 10 or 10 million jobs wait.
+    """
+    table = vendor.table(Job)
+    claimable = "state IN (%s, %s)"  # the claim index's own predicate, so it is used
+    sql = f"""
+        SELECT queue, NULL, MIN(first_due), 0, 0 FROM (
+            WITH RECURSIVE queues AS (
+                (SELECT queue FROM {table} WHERE {claimable} ORDER BY queue LIMIT 1)
+                UNION ALL
+                SELECT (SELECT queue FROM {table} WHERE {claimable} AND queue > queues.queue
+                        ORDER BY queue LIMIT 1)
+                FROM queues WHERE queues.queue IS NOT NULL
+            ), levels AS (
+                SELECT queue, (SELECT priority FROM {table}
+                               WHERE {claimable} AND queue = queues.queue
+                               ORDER BY priority DESC LIMIT 1) AS priority
+                FROM queues WHERE queue IS NOT NULL
+                UNION ALL
+                SELECT queue, (SELECT priority FROM {table}
+                               WHERE {claimable} AND queue = levels.queue
+                                 AND priority < levels.priority
+                               ORDER BY priority DESC LIMIT 1)
+                FROM levels WHERE priority IS NOT NULL
+            )
+            SELECT queue, (SELECT available_at FROM {table}
+                           WHERE {claimable} AND queue = levels.queue
+                             AND priority = levels.priority AND available_at <= %s
+                           ORDER BY available_at LIMIT 1) AS first_due
+            FROM levels WHERE priority IS NOT NULL
+        ) AS due WHERE first_due IS NOT NULL GROUP BY queue"""
+    return sql, [*CLAIMABLE_STATES * 5, now]
 
 
 def finished_per_minute(since: dt.datetime, queue: str | None = None) -> list[dict[str, Any]]:
@@ -130,12 +184,16 @@ _LAST_ERROR = {
 }
 
 
-def failure_rows(since: dt.datetime, limit: int = 100) -> list[dict[str, Any]]:
+def failure_rows(since: dt.datetime, limit: int = 100,
+                 scan_cap: int | None = None) -> list[dict[str, Any]]:
     """Dead and retryable jobs grouped by worker and their last error's kind (one query).
 
     Bounded to jobs that failed since ``since``: dead jobs by ``completed_at``;
     retryable jobs by ``available_at``, which is never earlier than their last
     failure. ``last_seen`` is the newest last-error time (ISO text, parsed here).
+    With ``scan_cap`` only the newest ``scan_cap`` dead and ``scan_cap`` retryable
+    jobs of the window are grouped (each walks the ``(state, id)`` index newest
+    first), so the cost stays flat however many jobs failed.
     """
     connection = vendor.connection()
     quote = connection.ops.quote_name
@@ -145,19 +203,33 @@ def failure_rows(since: dt.datetime, limit: int = 100) -> list[dict[str, Any]]:
     def last(field: str) -> str:
         return template.format(errors=errors, field=field)
 
+    table, state, worker = vendor.table(Job), quote("state"), quote("worker")
+    if scan_cap is None:
+        source = f"""
+            SELECT {worker}, {errors} FROM {table}
+            WHERE (({state} = %s AND {quote("completed_at")} >= %s)
+                   OR ({state} = %s AND {quote("available_at")} >= %s))"""
+        params: list[Any] = [JobState.DEAD, since, JobState.RETRYABLE, since]
+    else:
+        source = f"""
+            SELECT * FROM (SELECT {worker}, {errors} FROM {table}
+                           WHERE {state} = %s AND {quote("completed_at")} >= %s
+                           ORDER BY {quote("id")} DESC LIMIT %s) AS dead
+            UNION ALL
+            SELECT * FROM (SELECT {worker}, {errors} FROM {table}
+                           WHERE {state} = %s AND {quote("available_at")} >= %s
+                           ORDER BY {quote("id")} DESC LIMIT %s) AS retryable"""
+        params = [JobState.DEAD, since, scan_cap, JobState.RETRYABLE, since, scan_cap]
     sql = f"""
-        SELECT {quote("worker")}, {last("kind")} AS kind, COUNT(*), MAX({last("at")}),
+        SELECT {worker}, {last("kind")} AS kind, COUNT(*), MAX({last("at")}),
                MAX({last("message")})
-        FROM {vendor.table(Job)}
-        WHERE (({quote("state")} = %s AND {quote("completed_at")} >= %s)
-               OR ({quote("state")} = %s AND {quote("available_at")} >= %s))
-        GROUP BY {quote("worker")}, kind
+        FROM ({source}) AS failed
+        GROUP BY {worker}, kind
         ORDER BY COUNT(*) DESC
         LIMIT %s
     """
-    params: list[Any] = [JobState.DEAD, since, JobState.RETRYABLE, since, limit]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [*params, limit])
         rows = cursor.fetchall()
     return [{"worker": worker, "kind": kind or "(no error recorded)", "count": count,
              "last_seen": _parse_time(at), "sample_message": message or ""}

@@ -20,7 +20,7 @@ def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
     if user is None or not (user.has_perm("kathikon.view_job")
                             or user.has_perm("kathikon.view_queue")):
         return {"allowed": False}
-    from kathikon.admin.common import COUNT_CAP, age
+    from kathikon.admin.common import COUNT_CAP, FAILURE_SAMPLE, age
 
     queues = [{**summary.as_dict(), "executing": summary.counts["claimed"]
                + summary.counts["running"], "oldest": age(summary.oldest_available_age),
@@ -32,7 +32,9 @@ def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
         "allowed": True,
         "queues": queues,
         "chart": throughput_svg(report.throughput(minutes=60)),
-        "failures": report.failure_summary(limit=10),
+        "failures": report.failure_summary(limit=10, scan_cap=FAILURE_SAMPLE),
+        "failure_sample": f"{FAILURE_SAMPLE:,}",
+        "count_cap": f"{COUNT_CAP:,}",
         "jobs_url": reverse("admin:kathikon_job_changelist"),
         "queues_url": reverse("admin:kathikon_queue_changelist"),
     }

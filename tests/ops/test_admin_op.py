@@ -291,3 +291,17 @@ def test_overview_auto_refresh(admin_client_op):
     for bad in ("1", "abc", "-5"):
         assert 'http-equiv="refresh"' not in admin_client_op.get(
             url, {"refresh": bad}).content.decode()
+
+
+def test_a_job_list_that_fits_one_page_is_still_read_with_a_limit(admin_client_op, mixed_jobs):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    url = reverse("admin:kathikon_job_changelist")
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client_op.get(url, {"queue": "emails", "state": "dead"})
+    assert response.status_code == 200
+    assert [job.id for job in response.context["cl"].result_list] == [mixed_jobs["emails"].id]
+    listed = [q["sql"] for q in queries.captured_queries
+              if '"kathikon_job"."args"' in q["sql"] or "`kathikon_job`.`args`" in q["sql"]]
+    assert listed and all("LIMIT" in sql for sql in listed), listed

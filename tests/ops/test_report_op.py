@@ -132,3 +132,35 @@ def test_capped_counts_are_exact_below_the_cap_and_estimates_above(job_factory, 
         assert default.estimated == ()
         assert default.counts[JobState.AVAILABLE] == 30
     assert default.counts[JobState.COMPLETED] == 0 and default.count_text("completed") == "0"
+
+
+def test_failure_summary_with_a_scan_cap_groups_only_the_newest_failures(
+        job_factory, django_assert_num_queries):
+    from tests.ops.conftest import error
+
+    for index in range(5):  # ids are time-ordered: the last ones are the newest
+        job_factory(worker=workers.Explode, state=JobState.DEAD, attempts=1,
+                    errors=[error(kind="builtins.KeyError" if index < 3 else "builtins.OSError",
+                                  message=f"m{index}")], finished_ago=60)
+    everything = {f.kind: f.count for f in report.failure_summary()}
+    assert everything == {"builtins.KeyError": 3, "builtins.OSError": 2}
+    with django_assert_num_queries(1):
+        sampled = report.failure_summary(scan_cap=3)
+    assert {f.kind: f.count for f in sampled} == {"builtins.OSError": 2, "builtins.KeyError": 1}
+    assert {f.sample_message for f in sampled} == {"m4", "m2"}
+
+
+def test_oldest_waiting_is_the_oldest_due_job_across_priorities(job_factory):
+    now = timezone.now()
+    job_factory(priority=5, available_at=now - dt.timedelta(seconds=30))
+    job_factory(priority=-3, available_at=now - dt.timedelta(seconds=300))
+    job_factory(priority=0, available_at=now - dt.timedelta(seconds=100))
+    job_factory(state=JobState.RETRYABLE, priority=9, available_at=now + dt.timedelta(hours=1))
+    job_factory(queue="emails", state=JobState.RETRYABLE, priority=2,
+                available_at=now - dt.timedelta(seconds=50))
+    job_factory(queue="emails", state=JobState.COMPLETED, available_at=now - dt.timedelta(days=1))
+    job_factory(queue="reports", state=JobState.RETRYABLE, available_at=now + dt.timedelta(hours=1))
+    summaries = {s.name: s for s in report.queue_summary(now)}
+    assert 299 <= summaries["default"].oldest_available_age <= 301
+    assert 49 <= summaries["emails"].oldest_available_age <= 51
+    assert summaries["reports"].oldest_available_age is None
