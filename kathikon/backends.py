@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import threading
 from inspect import iscoroutinefunction
 from typing import Any
 
 from django.apps import apps
 from django.core import checks
-from django.db import connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -169,8 +167,15 @@ class TaskWorker(Worker):
     """Runs one Django Task: ``args = {"task": dotted path, "args": [...], "kwargs": {...}}``.
 
     Async task functions run on the worker process's event loop. ``meta``
-    carries the backend alias, the timeout and the backoff chosen at enqueue.
+    carries the backend alias, the timeout and the backoff chosen at enqueue;
+    the timeout is enforced like any worker's (:meth:`timeout_for`): async
+    tasks are cancelled, a sync task's attempt is failed by the worker
+    process's executor pool.
     """
+
+    @classmethod
+    def timeout_for(cls, job: Any) -> float | None:
+        return job.meta.get("timeout")
 
     def perform(self, job: Any) -> Any:
         task = load_task(job.args.get("task", ""))
@@ -178,13 +183,11 @@ class TaskWorker(Worker):
         kwargs = dict(job.args.get("kwargs") or {})
         if task.takes_context:
             args.insert(0, compat.TaskContext(task_result=task_result(job, task)))
-        timeout = job.meta.get("timeout")
         if iscoroutinefunction(task.func):
+            from kathikon.executor import job_timeout
             from kathikon.runtime.loop import run_coroutine
 
-            value = run_coroutine(task.func(*args, **kwargs), timeout)
-        elif timeout is not None:
-            value = _call_with_timeout(task.func, args, kwargs, timeout)
+            value = run_coroutine(task.func(*args, **kwargs), job_timeout(type(self), job))
         else:
             value = task.func(*args, **kwargs)
         if isinstance(value, Outcome):
@@ -323,35 +326,6 @@ def _option_problem(options: dict[str, Any]) -> str | None:
             isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0):
         return f"backoff must be seconds >= 0 or a dotted path to f(attempt), not {backoff!r}."
     return None
-
-
-def _call_with_timeout(func: Any, args: list[Any], kwargs: dict[str, Any],
-                       timeout: float) -> Any:
-    """Run a sync task in a helper thread; ``JobTimeout`` frees the slot when it overruns.
-
-    Python cannot kill a thread: an overrunning task keeps running in the
-    background until it returns, but its job is already failed and retried.
-    """
-    from kathikon.executor import JobTimeout
-
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            outcome["value"] = func(*args, **kwargs)
-        except BaseException as exc:  # handed to the job's thread below
-            outcome["error"] = exc
-        finally:
-            connections.close_all()  # this thread's connections only
-            done.set()
-
-    threading.Thread(target=target, name="kathikon-task", daemon=True).start()
-    if not done.wait(timeout):
-        raise JobTimeout(f"timed out after {timeout}s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
 
 
 # Django's task signals, sent from Kathikon's (sender = the backend class).

@@ -68,3 +68,15 @@ class CronNotFound(KathikonError, LookupError):
 
 class ActionNotAllowed(KathikonError, PermissionError):
     """Destructive operations are disabled; allow them to proceed."""
+
+
+class TransactionLeftOpen(KathikonError):
+    """``perform`` returned inside a ``transaction.atomic()`` block: its writes were rolled back."""
+
+
+class ExecutorThreadDied(KathikonError):
+    """The thread running the job died outside ``perform``; the attempt is failed."""
+
+
+class EventLoopDied(KathikonError):
+    """The worker process's event loop ended while this async job ran; it was restarted."""

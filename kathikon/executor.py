@@ -1,9 +1,15 @@
 """Internal: run one claimed job and turn what ``perform`` did into one fenced ack.
 
 ``execute_job(job)`` is the one path from a claimed job to its outcome; the
-runtime uses its two halves, ``run_job`` (user code, no database writes) and
+runtime uses its two halves, :class:`Executor` (user code, no database writes:
+one claimed job in, one :class:`Execution` out, whatever ``perform`` did) and
 ``settle`` (one ``ack_jobs`` call for a whole batch of runs, then signals), so
 that a burst of completions costs one statement.
+
+A job's time limit comes from one place, ``Worker.timeout_for(job)``, read
+through :func:`job_timeout` (a number of seconds, or ``None``). Async jobs are
+cancelled in the event loop; a synchronous ``perform`` cannot be interrupted,
+so the runtime's executor pool (kathikon.runtime.pool) enforces its limit.
 """
 
 from __future__ import annotations
@@ -12,20 +18,23 @@ import datetime as dt
 import inspect
 import json
 import logging
+import math
 import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from kathikon import batch as _batches
 from kathikon import conf, signals
 from kathikon.backoff import with_jitter
-from kathikon.exceptions import KathikonError
+from kathikon.exceptions import KathikonError, TransactionLeftOpen
 from kathikon.jobspec import worker_class
 from kathikon.models import Job
 from kathikon.states import TERMINAL_STATES, JobState
-from kathikon.storage import Ack, ack_jobs, start_job
+from kathikon.storage import Ack, ack_jobs, hygiene, start_job
 from kathikon.workers import Discard, Retry, Snooze, Worker
 
 logger = logging.getLogger("kathikon")
@@ -47,6 +56,79 @@ class Execution:
     duration: float = 0.0
     queue_time: float = 0.0
     written: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the runtime needs before ``perform`` starts: its time limit and where it runs.
+
+    ``error`` is set when the worker cannot even be set up (its module raised at
+    import, its ``timeout`` is not a number of seconds): the attempt fails with it.
+    """
+
+    timeout: float | None = None
+    is_async: bool = False
+    error: BaseException | None = None
+
+
+class Executor:
+    """Turns one claimed job into an :class:`Execution`; never raises, writes nothing.
+
+    Stateless: one instance serves every thread. Whatever ``perform`` raises,
+    ``BaseException`` included, is the attempt's outcome; a transaction it
+    left open is rolled back and fails the attempt.
+    """
+
+    def plan(self, job: Job) -> Plan:
+        """Resolve the worker class and its limit for ``job`` (never raises)."""
+        try:
+            _, cls = worker_class(job.worker)
+        except KathikonError:
+            return Plan()  # run() records the unknown worker
+        except Exception as exc:  # the worker's module raised at import
+            return Plan(error=exc)
+        is_async = is_async_worker(cls)
+        try:
+            return Plan(job_timeout(cls, job), is_async)
+        except Exception as exc:
+            return Plan(None, is_async, exc)
+
+    def run(self, job: Job, plan: Plan | None = None) -> Execution:
+        """Run ``job`` on this thread and classify what happened."""
+        started = time.perf_counter()
+        plan = plan or self.plan(job)
+        if plan.error is not None:
+            return fail_job(job, plan.error)
+        depths = hygiene.atomic_depths()
+        try:
+            execution = run_job(job, timeout=plan.timeout)
+        except BaseException as exc:  # SystemExit & co. from perform: the attempt's outcome
+            execution = fail_job(job, exc, duration=_since(started))
+        aliases = hygiene.roll_back_left_open(depths, TransactionLeftOpen())
+        if aliases:
+            error = TransactionLeftOpen(
+                f"perform left a transaction open (database {', '.join(aliases)}); its writes "
+                "were rolled back" + (f" (perform also raised {execution.exception!r})"
+                                      if execution.kind == "failed" else ""))
+            execution = fail_job(job, error, duration=_since(started))
+        return execution
+
+
+def job_timeout(cls: type[Worker], job: Job) -> float | None:
+    """``cls.timeout_for(job)`` as seconds; ``ImproperlyConfigured`` for anything else.
+
+    A ``datetime.timedelta`` is converted; ``None`` means no limit.
+    """
+    value = cls.timeout_for(job)
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0):
+        return float(value)
+    raise ImproperlyConfigured(f"{cls.__module__}.{cls.__qualname__}.timeout must be a "
+                               f"number of seconds > 0 or None, not {value!r}")
 
 
 def execute_job(job: Job) -> Execution:
@@ -74,7 +156,8 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
         if invoke is not None:
             outcome = invoke(worker, job)
         else:
-            outcome = call_perform(worker, job, timeout if timeout is not None else cls.timeout)
+            outcome = call_perform(worker, job,
+                                   timeout if timeout is not None else job_timeout(cls, job))
         if isinstance(outcome, (Retry, Discard, Snooze)):
             raise outcome
     except Snooze as snooze:
@@ -91,11 +174,12 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
                      cls, None, _since(started), queue_time)
 
 
-def fail_job(job: Job, exc: Exception, *, duration: float = 0.0) -> Execution:
-    """The failed attempt of a job the runtime stopped waiting for (its timeout); writes nothing."""
+def fail_job(job: Job, exc: BaseException, *, duration: float = 0.0) -> Execution:
+    """The failed attempt of a job that did not get to (or through) ``perform``: its timeout,
+    a worker that cannot be set up, a dead thread; writes nothing."""
     try:
         _, cls = worker_class(job.worker)
-    except KathikonError:
+    except Exception:
         cls = Worker
     return _failed(job, cls(), exc, time.perf_counter() - duration, _queue_time(job))
 
@@ -174,7 +258,7 @@ def settle(executions: Sequence[Execution]) -> list[Execution]:
     return list(executions)
 
 
-def _failed(job: Job, worker: Worker, exc: Exception, started: float,
+def _failed(job: Job, worker: Worker, exc: BaseException, started: float,
             queue_time: float) -> Execution:
     duration = _since(started)
     error = _error(job, exc)

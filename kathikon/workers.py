@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -60,17 +61,23 @@ class Worker:
 
     Class attributes give the defaults of jobs inserted for this worker:
     ``queue`` ("default"), ``priority`` (0), ``max_attempts`` (the
-    ``MAX_ATTEMPTS`` setting), ``timeout`` (seconds, ``None`` = no limit).
-    Override ``backoff(job)`` to change the delay before a retry.
+    ``MAX_ATTEMPTS`` setting), ``timeout`` (seconds or a ``timedelta``,
+    ``None`` = no limit). Override ``backoff(job)`` to change the delay before
+    a retry, ``timeout_for(job)`` to give one job a different limit.
     """
 
     queue: ClassVar[str] = "default"
     priority: ClassVar[int] = 0
     max_attempts: ClassVar[int | None] = None
-    timeout: ClassVar[float | None] = None
+    timeout: ClassVar[float | dt.timedelta | None] = None
 
     def perform(self, job: Job) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.perform(job) is not implemented")
+
+    @classmethod
+    def timeout_for(cls, job: Job) -> float | dt.timedelta | None:
+        """The time limit of this attempt (the one place the runtime reads it)."""
+        return cls.timeout
 
     def backoff(self, job: Job) -> float:
         """Seconds to wait before the next attempt, before jitter."""

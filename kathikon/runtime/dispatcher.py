@@ -1,36 +1,30 @@
-"""Internal: one dispatcher per queue — wake or poll → one claim → the pool → the acker.
+"""Internal: one dispatcher per queue — the claim loop: wake or poll → one claim → the pool.
 
-The dispatcher thread claims up to its free slots in one statement (straight
-into ``running``) and hands each job to an executor thread of the queue's
-pool. A thread runs the job, gives the outcome to the process's acker and
-frees its slot. When a claim came back full, a freed slot triggers the next
-claim (briefly coalesced so one statement claims several jobs); when it came
-back short, the dispatcher sleeps until a NOTIFY, a retry coming due, or the
-next poll (``POLL_INTERVAL``).
+The dispatcher thread claims as many jobs as the queue's
+:class:`~kathikon.runtime.pool.ExecutorPool` takes, in one statement (straight
+into ``running``), and hands them over; the pool runs them, hands the outcomes
+to the process's acker and frees their slots. When a claim came back full, a
+freed slot triggers the next claim (briefly coalesced so one statement claims
+several jobs); when it came back short, the dispatcher sleeps until a NOTIFY,
+a retry coming due, or the next poll (``POLL_INTERVAL``). A failed claim is
+retried with backoff, after releasing whatever it may have committed unseen.
 
-Timeouts: a synchronous ``perform`` cannot be interrupted, so when a job
-overruns its worker's ``timeout`` the dispatcher fails the attempt with
-``JobTimeout`` (a fenced ack: the job follows its retry policy), frees the
-slot and starts a replacement thread. The abandoned thread keeps running
-until ``perform`` returns; its late outcome is discarded. Async jobs are
-cancelled by ``asyncio.wait_for`` in the process's event loop.
+The loop is a small state machine on an injectable ``clock``: :meth:`Dispatcher.step`
+makes one claim when one is due, so tests drive it without threads or sleeps.
 """
 
 from __future__ import annotations
 
 import logging
-import queue as queues
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from django.db import connections
 
-from kathikon.exceptions import KathikonError
-from kathikon.executor import JobTimeout, fail_job, is_async_worker, run_job
-from kathikon.jobspec import worker_class
 from kathikon.models import Job
 from kathikon.runtime.acker import Acker, _reset_connection
+from kathikon.runtime.pool import ExecutorPool
 from kathikon.states import JobState
 from kathikon.storage import Ack, claim_jobs
 from kathikon.storage.runtime import executing_jobs
@@ -38,48 +32,36 @@ from kathikon.storage.runtime import executing_jobs
 logger = logging.getLogger("kathikon.runtime")
 
 COALESCE = 0.002  # seconds a freed slot waits for others before claiming again
-ASYNC_MARGIN = 2.0  # async jobs time out in the event loop; this is the fallback
 
-
-@dataclass(slots=True, eq=False)
-class Slot:
-    """A claimed job and, once a thread runs it, when it started and must end."""
-
-    job: Job
-    started: float = 0.0
-    deadline: float | None = None
-    timeout: float | None = None
-    is_async: bool = False
-    abandoned: bool = False
+Claim = Callable[[str, int, str], list[Job]]
 
 
 class Dispatcher:
-    """Claims jobs of one queue and runs them on a pool of ``concurrency`` threads."""
+    """Claims jobs of one queue for its pool of ``concurrency`` executor threads."""
 
     def __init__(self, queue: str, concurrency: int, node: str, acker: Acker, *,
-                 poll_interval: float = 1.0) -> None:
+                 poll_interval: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 claim: Claim = claim_jobs, pool: ExecutorPool | None = None) -> None:
         self.queue = queue
-        self.concurrency = concurrency
         self.node = node
         self.acker = acker
         self.poll_interval = poll_interval
+        self.clock = clock
+        self.claim = claim
+        self.pool = pool or ExecutorPool(queue, concurrency, acker, clock=clock)
+        self.pool.on_freed = self._freed
         self.claimed = 0     # jobs claimed since start
-        self.finished = 0    # jobs whose run ended (outcome handed to the acker)
-        self.timed_out = 0   # jobs failed by the timeout watchdog
-        self.abandoned_threads = 0
-        self._cond = threading.Condition()
-        self._slots: dict[int, Slot] = {}  # keyed by id(job): cheaper than hashing UUIDs
-        self._inbox: queues.SimpleQueue[Job | None] = queues.SimpleQueue()
-        self._live_threads = 0
+        self.failures = 0    # consecutive failed claims
+        self._cond = self.pool.changed  # one lock for the pool's slots and this state
         self._woken = True        # claim at start
         self._more = False        # the last claim came back full: more jobs are likely waiting
         self._freed_at: float | None = None
         self._wake_at: float | None = None
         self._next_poll = 0.0
+        self._hold_until = 0.0    # after a failed claim: not before this
         self._stopping = False
         self._claiming = False    # a claim statement is in flight
         self._suspect_orphans = False
-        self._timeouts: dict[str, tuple[float | None, bool]] = {}
         self._thread: threading.Thread | None = None
 
     # -- control (any thread) ----------------------------------------------------------------
@@ -97,18 +79,22 @@ class Dispatcher:
             self._cond.notify_all()
 
     def wake_at(self, when: float) -> None:
-        """Claim at monotonic time ``when`` (a retry comes due before the next poll)."""
+        """Claim at ``when`` on the dispatcher's clock (a retry comes due before the next poll)."""
         with self._cond:
             if self._wake_at is None or when < self._wake_at:
                 self._wake_at = when
                 self._cond.notify_all()
 
+    @property
+    def concurrency(self) -> int:
+        return self.pool.concurrency
+
     def set_concurrency(self, concurrency: int) -> None:
         with self._cond:
-            if concurrency != self.concurrency:
+            if concurrency != self.pool.concurrency:
                 logger.info("kathikon: queue %s concurrency %d → %d", self.queue,
-                            self.concurrency, concurrency)
-                self.concurrency = concurrency
+                            self.pool.concurrency, concurrency)
+                self.pool.concurrency = concurrency
                 self._woken = True
                 self._cond.notify_all()
 
@@ -118,35 +104,28 @@ class Dispatcher:
 
     @property
     def running(self) -> int:
-        with self._cond:
-            return len(self._slots)
+        return self.pool.held
 
     @property
     def idle(self) -> bool:
         """Nothing running and the last claim found the queue empty."""
         with self._cond:
-            return not (self._slots or self._more or self._woken or self._claiming)
+            return not (self.pool.capacity() < self.pool.concurrency or self._more
+                        or self._woken or self._claiming)
 
     def stop_claiming(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        self.pool.stop_accepting()
 
     def wait_running(self, timeout: float) -> bool:
         """Wait until no job runs; ``False`` on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._slots, max(0.0, timeout))
+        return self.pool.wait_running(timeout)
 
     def abandon_running(self) -> list[Job]:
-        """Give up on every job still held (running or not started); their threads' outcomes
-        are discarded. Returns the jobs, to be released."""
-        with self._cond:
-            slots = list(self._slots.values())
-            for slot in slots:
-                slot.abandoned = True
-            self._slots.clear()
-            self._cond.notify_all()
-        return [slot.job for slot in slots]
+        """Give up on every job still held; returns them, to be released."""
+        return self.pool.abandon_running()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the dispatcher thread to end (after :meth:`stop_claiming`)."""
@@ -156,138 +135,116 @@ class Dispatcher:
         return True
 
     def close(self) -> None:
-        """Let the idle executor threads end (after :meth:`abandon_running`)."""
-        with self._cond:
-            threads = self._live_threads
-        for _ in range(threads):
-            self._inbox.put(None)
+        """Let the pool's threads end (after :meth:`abandon_running`)."""
+        self.pool.close()
 
-    # -- the dispatcher thread ---------------------------------------------------------------
+    # -- the claim loop ----------------------------------------------------------------------
+
+    def step(self) -> int | None:
+        """Make one claim if one is due now: the number of jobs claimed, else ``None``."""
+        with self._cond:
+            if self._stopping or self._due_in(self.clock()) > 0:
+                return None
+            limit = self._begin_claim(self.clock())
+        return self._claim(limit)
+
+    def due_in(self) -> float:
+        """Seconds until the next claim is due (0: now); for tests and the loop."""
+        with self._cond:
+            return self._due_in(self.clock())
 
     def _loop(self) -> None:
-        failures = 0
         try:
             while True:
-                free = self._wait_for_claim()
-                if free is None:
-                    return
-                try:
-                    if self._suspect_orphans:
-                        self._recover_orphans()
-                    jobs = claim_jobs(self.queue, free, self.node)
-                except Exception as exc:
-                    failures += 1
-                    with self._cond:
-                        self._claiming = False
-                    self._suspect_orphans = True  # the claim may have committed unseen
-                    delay = min(0.1 * 2 ** min(failures, 8), 10.0)
-                    logger.warning("kathikon: claim on queue %s failed (%s: %s); retrying in "
-                                   "%.1fs", self.queue, type(exc).__name__, exc, delay)
-                    _reset_connection()
-                    self._pause(delay)
-                    continue
-                if failures:
-                    logger.info("kathikon: queue %s claims again after %d failure(s)",
-                                self.queue, failures)
-                    failures = 0
-                self._dispatch(jobs, free)
+                with self._cond:
+                    while True:
+                        if self._stopping:
+                            return
+                        now = self.clock()
+                        wait = self._due_in(now)
+                        if wait <= 0:
+                            limit = self._begin_claim(now)
+                            break
+                        self._cond.wait(max(0.0005, min(wait, self.poll_interval)))
+                self._claim(limit)
         except BaseException:
             logger.exception("kathikon: dispatcher of queue %s crashed", self.queue)
             raise
         finally:
             connections.close_all()  # this thread's connections only
 
-    def _wait_for_claim(self) -> int | None:
-        """Block until a claim is due; the number of free slots, or None when stopping."""
-        with self._cond:
-            while not self._stopping:
-                now = time.monotonic()
-                self._expire(now)
-                free = self.concurrency - len(self._slots)
-                timeout = self.poll_interval
-                if free > 0:
-                    timeout = self._next_poll - now
-                    due = self._woken or now >= self._next_poll or (
-                        self._wake_at is not None and now >= self._wake_at)
-                    if due:
-                        wait = self._coalesce(now, free)
-                        if wait <= 0:
-                            self._claiming = True
-                            self._woken = False
-                            self._freed_at = None
-                            if self._wake_at is not None and now >= self._wake_at:
-                                self._wake_at = None
-                            return free
-                        timeout = wait
-                    elif self._wake_at is not None:
-                        timeout = min(timeout, self._wake_at - now)
-                deadlines = [s.deadline for s in self._slots.values() if s.deadline is not None]
-                if deadlines:
-                    timeout = min(timeout, min(deadlines) - now)
-                self._cond.wait(max(0.0005, min(timeout, self.poll_interval)))
-            return None
+    def _due_in(self, now: float) -> float:
+        """Seconds until a claim is due (lock held); 0 or less: claim now."""
+        free = self.pool.capacity()
+        if free <= 0:
+            return self.poll_interval  # a freed slot notifies
+        if now < self._hold_until:
+            return self._hold_until - now
+        due = self._woken or now >= self._next_poll or (
+            self._wake_at is not None and now >= self._wake_at)
+        if due:
+            return self._coalesce(now, free)
+        wait = self._next_poll - now
+        if self._wake_at is not None:
+            wait = min(wait, self._wake_at - now)
+        return wait
+
+    def _begin_claim(self, now: float) -> int:
+        self._claiming = True
+        self._woken = False
+        self._freed_at = None
+        if self._wake_at is not None and now >= self._wake_at:
+            self._wake_at = None
+        return self.pool.capacity()
 
     def _coalesce(self, now: float, free: int) -> float:
         """Seconds to wait for more slots to free before claiming (0: claim now)."""
-        if not self._slots or free >= max(1, self.concurrency // 2) or self._freed_at is None:
+        concurrency = self.pool.concurrency
+        if free >= concurrency or free >= max(1, concurrency // 2) or self._freed_at is None:
             return 0.0
         return self._freed_at + COALESCE - now
 
-    def _pause(self, seconds: float) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._stopping, seconds)
-
-    def _dispatch(self, jobs: list[Job], requested: int) -> None:
+    def _claim(self, limit: int) -> int:
+        try:
+            if self._suspect_orphans:
+                self._recover_orphans()
+            jobs = self.claim(self.queue, limit, self.node)
+        except Exception as exc:
+            self.failures += 1
+            delay = min(0.1 * 2 ** min(self.failures, 8), 10.0)
+            with self._cond:
+                self._claiming = False
+                self._woken = True  # claim again once the delay is over
+                self._hold_until = self.clock() + delay
+            self._suspect_orphans = True  # the claim may have committed unseen
+            logger.warning("kathikon: claim on queue %s failed (%s: %s); retrying in %.1fs",
+                           self.queue, type(exc).__name__, exc, delay)
+            _reset_connection()
+            return 0
+        if self.failures:
+            logger.info("kathikon: queue %s claims again after %d failure(s)", self.queue,
+                        self.failures)
+            self.failures = 0
         with self._cond:
             self._claiming = False
-            self._more = len(jobs) >= requested
-            self._next_poll = time.monotonic() + self.poll_interval
-            for job in jobs:
-                self._slots[id(job)] = Slot(job)
+            self._more = len(jobs) >= limit
+            self._next_poll = self.clock() + self.poll_interval
             self.claimed += len(jobs)
-            while self._live_threads < len(self._slots):
-                self._start_thread()
-        for job in jobs:
-            self._inbox.put(job)
-
-    def _start_thread(self) -> None:
-        self._live_threads += 1
-        thread = threading.Thread(target=self._work, name=f"kathikon-{self.queue}-exec",
-                                  daemon=True)
-        thread.start()
-
-    def _expire(self, now: float) -> None:
-        """Fail jobs past their deadline, free their slots and replace their threads."""
-        for slot in [s for s in self._slots.values()
-                     if s.deadline is not None and now >= s.deadline]:
-            slot.abandoned = True
-            del self._slots[id(slot.job)]
-            self._live_threads -= 1
-            self.timed_out += 1
-            self.abandoned_threads += 1
-            error = JobTimeout(f"timed out after {slot.timeout}s")
-            self.acker.add(fail_job(slot.job, error, duration=now - slot.started))
-            logger.warning("kathikon: job %s (%s) timed out after %ss; its thread is abandoned "
-                           "(%d so far on queue %s)", slot.job.id.hex, slot.job.worker,
-                           slot.timeout, self.abandoned_threads, self.queue)
-            self._freed()
-            self._start_thread()
+            self.pool.take(jobs)  # with the claim's end: never idle in between
+        self.pool.run(jobs)
+        return len(jobs)
 
     def _freed(self) -> None:
+        """A slot freed (called by the pool, lock held): claim again if more jobs wait."""
         if self._more:
             self._woken = True
             if self._freed_at is None:
-                self._freed_at = time.monotonic()
-            self._cond.notify_all()
-        elif not self._slots:
-            self._cond.notify_all()
+                self._freed_at = self.clock()
 
     def _recover_orphans(self) -> None:
         """Release jobs a failed claim committed but never returned (they would be stuck)."""
         rows = executing_jobs(self.node, self.queue)
-        with self._cond:
-            known = {slot.job.id for slot in self._slots.values()}
-        known |= self.acker.pending_ids()
+        known = self.pool.held_ids() | self.acker.pending_ids()
         orphans = [job for job in rows if job.id not in known]
         if orphans:
             logger.warning("kathikon: releasing %d job(s) of queue %s claimed by a lost "
@@ -295,68 +252,3 @@ class Dispatcher:
             self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)
                                 for job in orphans])
         self._suspect_orphans = False
-
-    # -- executor threads --------------------------------------------------------------------
-
-    def _work(self) -> None:
-        try:
-            while True:
-                job = self._inbox.get()
-                if job is None:
-                    return
-                slot = self._begin(job)
-                if slot is None:
-                    continue
-                _close_unusable_connections()  # as at the start of a request
-                try:
-                    execution = run_job(job)
-                except BaseException as exc:  # SystemExit from perform, or a bug: not a thread
-                    logger.exception("kathikon: running job %s escaped the executor", job.id.hex)
-                    error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
-                    execution = fail_job(job, error, duration=time.monotonic() - slot.started)
-                with self._cond:
-                    if slot.abandoned:
-                        return  # timed out or shut down: replaced, the outcome is not ours
-                    self.acker.add(execution)  # before the slot frees: shutdown flushes it
-                    del self._slots[id(job)]
-                    self.finished += 1
-                    self._freed()
-                _close_unusable_connections()  # as at the end of a request
-        finally:
-            connections.close_all()  # this thread's connections only
-
-    def _begin(self, job: Job) -> Slot | None:
-        timeout, is_async = self._timeout_of(job)
-        with self._cond:
-            slot = self._slots.get(id(job))
-            if slot is None:
-                return None  # already released by the shutdown
-            if self._stopping:  # claimed but not started: give it back
-                del self._slots[id(job)]
-                self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)])
-                self._freed()
-                return None
-            slot.started = time.monotonic()
-            slot.is_async = is_async
-            if timeout is not None:
-                slot.timeout = timeout
-                slot.deadline = slot.started + timeout + (ASYNC_MARGIN if is_async else 0.0)
-                self._cond.notify_all()  # the dispatcher now has a deadline to watch
-            return slot
-
-    def _timeout_of(self, job: Job) -> tuple[float | None, bool]:
-        cached = self._timeouts.get(job.worker)
-        if cached is None:
-            try:
-                _, cls = worker_class(job.worker)
-                cached = (cls.timeout, is_async_worker(cls))
-            except KathikonError:
-                cached = (None, False)  # run_job records the unknown worker
-            self._timeouts[job.worker] = cached
-        return cached
-
-
-def _close_unusable_connections() -> None:
-    """What Django's request cycle does, for connections this job opened (usually none)."""
-    for connection in connections.all(initialized_only=True):
-        connection.close_if_unusable_or_obsolete()

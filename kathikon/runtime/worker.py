@@ -240,6 +240,8 @@ class WorkerProcess:
     def _healthy(self) -> bool:
         """A dispatcher or acker thread that died is a bug: exit non-zero rather than idle."""
         dead = [name for name, d in list(self.dispatchers.items()) if not d.alive]
+        dead += [f"{name} watchdog" for name, d in list(self.dispatchers.items())
+                 if not d.pool.watchdog_alive]
         if not self.acker.alive:
             dead.append("acker")
         if dead:

@@ -151,14 +151,38 @@ def test_takes_context_sees_the_attempt_number(db):
     assert done.errors[0].exception_class_path == "builtins.RuntimeError"
 
 
-@pytest.mark.parametrize("task", [tasks.slow_sync, tasks.slow_async], ids=["sync", "async"])
-def test_timeouts_fail_the_attempt(db, task):
-    result = task.enqueue(3)
+def test_an_async_task_timeout_fails_the_attempt(db):
+    result = tasks.slow_async.enqueue(3)
     assert kathikon.fetch(result.id).meta["timeout"] == 0.3
     assert drain_queue().failed == 1
     result.refresh()
     assert result.status == Status.FAILED
     assert result.errors[0].exception_class_path == "kathikon.executor.JobTimeout"
+
+
+@pytest.mark.parametrize("task", [tasks.slow_sync, tasks.slow_async], ids=["sync", "async"])
+def test_the_worker_runtime_enforces_task_timeouts(transactional_db, task):
+    """One timeout mechanism: TaskWorker.timeout_for(job), enforced by the executor pool."""
+    from kathikon.runtime.acker import Acker
+    from kathikon.runtime.dispatcher import Dispatcher
+    from tests.runtime.conftest import wait_until
+
+    result = task.enqueue(3)
+    assert backends.TaskWorker.timeout_for(kathikon.fetch(result.id)) == 0.3
+    acker = Acker().start()
+    dispatcher = Dispatcher("default", 1, "tasks-node", acker, poll_interval=0.1).start()
+    try:
+        wait_until(lambda: kathikon.fetch(result.id).state == "dead", 5,
+                   message="the timed-out task recorded")
+        result.refresh()
+        assert result.status == Status.FAILED
+        assert result.errors[0].exception_class_path == "kathikon.executor.JobTimeout"
+    finally:
+        dispatcher.stop_claiming()
+        dispatcher.join(5)
+        dispatcher.abandon_running()
+        dispatcher.close()
+        acker.stop(5)
 
 
 def test_a_return_value_that_is_not_json_fails_the_task(db):

@@ -122,7 +122,7 @@ def test_worker_dispatcher_runs_jobs_up_to_its_concurrency(transactional_db):
     acker = Acker().start()
     dispatcher = Dispatcher("default", 4, NODE, acker, poll_interval=0.1).start()
     try:
-        wait_until(lambda: dispatcher.finished == 40, 10, message="40 jobs run")
+        wait_until(lambda: dispatcher.pool.finished == 40, 10, message="40 jobs run")
         assert acker.flush(5)
         assert storage.count_by_state()["completed"] == 40
         assert dispatcher.claimed == 40
@@ -138,7 +138,7 @@ def test_worker_dispatcher_times_out_a_sync_job_and_replaces_its_thread(transact
     acker = Acker().start()
     dispatcher = Dispatcher("default", 1, NODE, acker, poll_interval=0.1).start()
     try:
-        wait_until(lambda: dispatcher.timed_out == 1, 5, message="the timeout")
+        wait_until(lambda: dispatcher.pool.timed_out == 1, 5, message="the timeout")
         after = kathikon.insert(workers.Succeed, {})  # the one slot is free again
         dispatcher.wake()
         wait_until(lambda: kathikon.fetch(after.id).state == "completed", 5,

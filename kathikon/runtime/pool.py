@@ -1,0 +1,309 @@
+"""Internal: the executor pool of one queue — its threads, its slots and their watchdog.
+
+A claimed job takes a slot; an executor thread runs it with the shared
+:class:`~kathikon.executor.Executor`, hands the outcome to the process's acker
+and frees the slot. The dispatcher only claims: it asks the pool how many jobs
+it takes (:meth:`ExecutorPool.capacity`) and hands them over
+(:meth:`ExecutorPool.submit`).
+
+The watchdog (one thread per pool, :meth:`ExecutorPool.watch`) keeps every
+slot moving:
+
+- Timeouts: a synchronous ``perform`` cannot be interrupted, so when a job
+  overruns its limit the attempt fails with ``JobTimeout`` (a fenced ack: the
+  job follows its retry policy), its slot is freed and a replacement thread
+  starts. The abandoned thread keeps running until ``perform`` returns; its
+  late outcome is discarded. Async jobs are cancelled in the event loop first
+  (``ASYNC_MARGIN`` later the watchdog steps in, e.g. for a blocked loop).
+- Liveness: an executor thread that died holding a slot (a bug, or an
+  exception injected into it) frees the slot, its job is recorded as a failed
+  attempt (``ExecutorThreadDied``) and a replacement thread starts.
+
+Every thread of the pool shares one lock; :attr:`ExecutorPool.changed` (a
+condition on it) is notified whenever a slot frees, so a dispatcher can wait
+on it for its next claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queues
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import connections
+
+from kathikon.exceptions import ExecutorThreadDied
+from kathikon.executor import Execution, Executor, JobTimeout, Plan, fail_job
+from kathikon.models import Job
+from kathikon.runtime.acker import Acker
+from kathikon.states import JobState
+from kathikon.storage import Ack, hygiene
+
+logger = logging.getLogger("kathikon.runtime")
+
+ASYNC_MARGIN = 2.0  # async jobs time out in the event loop; this is the fallback
+WATCH_EVERY = 1.0   # seconds between liveness checks of the executor threads
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    """A claimed job and, once a thread runs it, that thread, when it started and must end."""
+
+    job: Job
+    plan: Plan | None = None
+    thread: threading.Thread | None = None
+    started: float = 0.0
+    deadline: float | None = None
+    timeout: float | None = None
+    abandoned: bool = False
+
+
+class ExecutorPool:
+    """Runs the claimed jobs of one queue on up to ``concurrency`` threads.
+
+    ``clock`` (monotonic seconds) is injectable for tests; ``watchdog=False``
+    leaves :meth:`watch` to the caller (tests drive it one step at a time).
+    """
+
+    def __init__(self, queue: str, concurrency: int, acker: Acker, *,
+                 executor: Executor | None = None, clock: Callable[[], float] = time.monotonic,
+                 watchdog: bool = True) -> None:
+        self.queue = queue
+        self.concurrency = concurrency
+        self.acker = acker
+        self.executor = executor or Executor()
+        self.clock = clock
+        self.finished = 0          # jobs whose outcome went to the acker from their thread
+        self.timed_out = 0         # jobs failed by the timeout watchdog
+        self.abandoned_threads = 0
+        self.died = 0              # executor threads that died holding a slot
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)   # a slot freed (the dispatcher waits)
+        self._watch_cond = threading.Condition(self.lock)  # a deadline was set, or closing
+        self._slots: dict[int, Slot] = {}  # keyed by id(job): cheaper than hashing UUIDs
+        self._inbox: queues.SimpleQueue[Job | None] = queues.SimpleQueue()
+        self._threads: set[threading.Thread] = set()
+        self._accepting = True
+        self._closed = False
+        self._next_deadline: float | None = None
+        self._watchdog_wanted = watchdog
+        self._watchdog: threading.Thread | None = None
+        self.on_freed: Callable[[], None] | None = None  # called with the lock held
+
+    # -- the dispatcher's side (any thread) --------------------------------------------------
+
+    def capacity(self) -> int:
+        """How many more jobs the pool takes now (the caller holds :attr:`lock`)."""
+        return self.concurrency - len(self._slots)
+
+    @property
+    def held(self) -> int:
+        """Jobs holding a slot: running, or handed over and about to start."""
+        with self.lock:
+            return len(self._slots)
+
+    def held_ids(self) -> set[object]:
+        with self.lock:
+            return {slot.job.id for slot in self._slots.values()}
+
+    def submit(self, jobs: list[Job]) -> None:
+        """Take ``jobs`` (at most :meth:`capacity`) and run them."""
+        with self.lock:
+            self.take(jobs)
+        self.run(jobs)
+
+    def take(self, jobs: list[Job]) -> None:
+        """Give ``jobs`` their slots (the caller holds :attr:`lock`); then :meth:`run` them."""
+        for job in jobs:
+            self._slots[id(job)] = Slot(job)
+        while len(self._threads) < len(self._slots):
+            self._start_thread()
+        if self._watchdog_wanted and self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch_loop, daemon=True,
+                                              name=f"kathikon-{self.queue}-watch")
+            self._watchdog.start()
+
+    def run(self, jobs: list[Job]) -> None:
+        """Hand jobs that have their slots (:meth:`take`) to the executor threads."""
+        for job in jobs:
+            self._inbox.put(job)
+
+    @property
+    def watchdog_alive(self) -> bool:
+        return self._watchdog is None or self._watchdog.is_alive() or self._closed
+
+    def stop_accepting(self) -> None:
+        """Jobs handed over but not started yet go back to ``available`` (shutdown)."""
+        with self.lock:
+            self._accepting = False
+
+    def wait_running(self, timeout: float) -> bool:
+        """Wait until no job holds a slot; ``False`` on timeout."""
+        with self.changed:
+            return self.changed.wait_for(lambda: not self._slots, max(0.0, timeout))
+
+    def abandon_running(self) -> list[Job]:
+        """Give up on every job still held; their threads' outcomes are discarded.
+        Returns the jobs, to be released."""
+        with self.lock:
+            slots = list(self._slots.values())
+            for slot in slots:
+                slot.abandoned = True
+            self._slots.clear()
+            self.changed.notify_all()
+        return [slot.job for slot in slots]
+
+    def close(self) -> None:
+        """Let the idle executor threads and the watchdog end (after :meth:`abandon_running`)."""
+        with self.lock:
+            self._closed = True
+            threads = len(self._threads)
+            self._watch_cond.notify_all()
+        for _ in range(threads):
+            self._inbox.put(None)
+
+    # -- the watchdog ------------------------------------------------------------------------
+
+    def watch(self, now: float | None = None) -> float:
+        """Fail overdue jobs and jobs of dead threads, free their slots, replace their threads.
+
+        Returns the seconds until the next check is due.
+        """
+        now = self.clock() if now is None else now
+        with self.lock:
+            for slot in list(self._slots.values()):
+                if slot.thread is not None and not slot.thread.is_alive():
+                    self._thread_gone(slot, ExecutorThreadDied(
+                        f"the thread running this job ({slot.thread.name}) died"), now)
+                elif slot.deadline is not None and now >= slot.deadline:
+                    self._expire(slot, now)
+            dead = [thread for thread in self._threads if not thread.is_alive()
+                    and thread.ident is not None]
+            for thread in dead:  # died between jobs: nothing to fail, only to replace
+                self._threads.discard(thread)
+            while not self._closed and len(self._threads) < len(self._slots):
+                self._start_thread()
+            deadlines = [s.deadline for s in self._slots.values() if s.deadline is not None]
+            self._next_deadline = min(deadlines) if deadlines else None
+        wait = WATCH_EVERY
+        if self._next_deadline is not None:
+            wait = min(wait, self._next_deadline - now)
+        return max(0.0005, wait)
+
+    def _watch_loop(self) -> None:
+        while True:
+            wait = self.watch()
+            with self.lock:
+                if self._closed:
+                    return
+                self._watch_cond.wait(wait)
+                if self._closed:
+                    return
+
+    def _expire(self, slot: Slot, now: float) -> None:
+        self.timed_out += 1
+        self.abandoned_threads += 1
+        error = JobTimeout(f"timed out after {slot.timeout}s")
+        self._free(slot, fail_job(slot.job, error, duration=now - slot.started))
+        logger.warning("kathikon: job %s (%s) timed out after %ss; its thread is abandoned "
+                       "(%d so far on queue %s)", slot.job.id.hex, slot.job.worker,
+                       slot.timeout, self.abandoned_threads, self.queue)
+
+    def _thread_gone(self, slot: Slot, error: BaseException, now: float) -> None:
+        self.died += 1
+        logger.error("kathikon: the executor thread running job %s (%s) on queue %s died "
+                     "(%s); the attempt is failed and the thread replaced", slot.job.id.hex,
+                     slot.job.worker, self.queue, error)
+        self._free(slot, fail_job(slot.job, error, duration=now - slot.started))
+
+    def _free(self, slot: Slot, execution: Execution) -> None:
+        """Abandon ``slot``'s thread, record ``execution`` and free the slot (lock held)."""
+        slot.abandoned = True
+        del self._slots[id(slot.job)]
+        if slot.thread is not None:
+            self._threads.discard(slot.thread)
+        self.acker.add(execution)
+        self._freed()
+
+    def _freed(self) -> None:
+        if self.on_freed is not None:
+            self.on_freed()
+        self.changed.notify_all()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._work, name=f"kathikon-{self.queue}-exec",
+                                  daemon=True)
+        self._threads.add(thread)
+        thread.start()
+
+    # -- executor threads --------------------------------------------------------------------
+
+    def _work(self) -> None:
+        slot: Slot | None = None
+        try:
+            while True:
+                job = self._inbox.get()
+                if job is None:
+                    return
+                slot = self._begin(job)
+                if slot is None:
+                    continue
+                hygiene.close_unusable()  # as at the start of a request
+                execution = self.executor.run(job, slot.plan)
+                with self.lock:
+                    if slot.abandoned:
+                        return  # timed out or shut down: replaced, the outcome is not ours
+                    self.acker.add(execution)  # before the slot frees: shutdown flushes it
+                    del self._slots[id(job)]
+                    self.finished += 1
+                    self._freed()
+                slot = None
+                hygiene.close_unusable()  # as at the end of a request
+        except BaseException as exc:  # the thread is dying: its job must not stay running
+            self._died(slot, exc)
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    def _died(self, slot: Slot | None, exc: BaseException) -> None:
+        me = threading.current_thread()
+        try:
+            error = ExecutorThreadDied(f"the executor thread died: {type(exc).__module__}."
+                                       f"{type(exc).__qualname__}")
+            with self.lock:
+                self._threads.discard(me)
+                if slot is not None and not slot.abandoned:
+                    self._thread_gone(slot, error, self.clock())
+                if not self._closed:
+                    while len(self._threads) < len(self._slots):
+                        self._start_thread()
+        except BaseException:  # the watchdog finds the slot of a dead thread
+            logger.exception("kathikon: cleaning up after a dead executor thread failed")
+
+    def _begin(self, job: Job) -> Slot | None:
+        plan = self.executor.plan(job)
+        with self.lock:
+            slot = self._slots.get(id(job))
+            if slot is None:
+                return None  # already released by the shutdown
+            if not self._accepting:  # handed over but not started: give it back
+                del self._slots[id(job)]
+                self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)])
+                self._freed()
+                return None
+            slot.thread = threading.current_thread()
+            slot.plan = plan
+            slot.started = self.clock()
+            if plan.timeout is not None:
+                slot.timeout = plan.timeout
+                slot.deadline = slot.started + plan.timeout + (
+                    ASYNC_MARGIN if plan.is_async else 0.0)
+                if self._next_deadline is None or slot.deadline < self._next_deadline:
+                    self._next_deadline = slot.deadline
+                    self._watch_cond.notify_all()
+            return slot
+
+
+__all__ = ["ExecutorPool", "Plan", "Slot"]
