@@ -39,9 +39,11 @@ class Acker:
     """
 
     def __init__(self, *, on_settled: Callable[[list[Execution]], None] | None = None,
-                 max_backoff: float = 5.0) -> None:
+                 max_backoff: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.on_settled = on_settled
         self.max_backoff = max_backoff
+        self.clock = clock
+        self._progress_at = clock()  # the last write, or when work arrived at an idle acker
         self.written = 0  # executions written (not fenced off)
         self.fenced = 0   # executions whose ack matched no row
         self.failures = 0  # failed write attempts (each retried)
@@ -56,6 +58,8 @@ class Acker:
 
     def add(self, execution: Execution) -> None:
         with self._lock:
+            if not (self._executions or self._releases or self._busy):
+                self._progress_at = self.clock()
             self._executions.append(execution)
             self._lock.notify_all()
 
@@ -63,8 +67,21 @@ class Acker:
         """Queue fenced releases (back to ``available``); no signals are sent for these."""
         if acks:
             with self._lock:
+                if not (self._executions or self._releases or self._busy):
+                    self._progress_at = self.clock()
                 self._releases.extend(acks)
                 self._lock.notify_all()
+
+    def stalled_for(self) -> float:
+        """Seconds the acker has had work without writing anything (0 when idle).
+
+        Liveness is progress, not a live thread: a write blocked on a lock or
+        retried forever leaves the thread alive but every later ack behind it.
+        """
+        with self._lock:
+            if not (self._executions or self._releases or self._busy):
+                return 0.0
+            return max(0.0, self.clock() - self._progress_at)
 
     def pending_ids(self) -> set[uuid.UUID]:
         """Ids of jobs whose outcome is not written yet (queued or being written)."""
@@ -126,6 +143,7 @@ class Acker:
                 self._write(executions, releases)
                 with self._lock:
                     self._in_flight = ([], [])
+                    self._progress_at = self.clock()
                     self._lock.notify_all()
         finally:
             connections.close_all()  # this thread's connections only

@@ -23,10 +23,11 @@ from collections.abc import Callable
 from django.db import connections
 
 from kathikon.models import Job
-from kathikon.runtime.acker import Acker, _reset_connection
+from kathikon.backoff import failure_delay
+from kathikon.runtime.acker import Acker
 from kathikon.runtime.pool import ExecutorPool
 from kathikon.states import JobState
-from kathikon.storage import Ack, claim_jobs
+from kathikon.storage import Ack, claim_jobs, vendor
 from kathikon.storage.runtime import executing_jobs
 
 logger = logging.getLogger("kathikon.runtime")
@@ -211,7 +212,7 @@ class Dispatcher:
             jobs = self.claim(self.queue, limit, self.node)
         except Exception as exc:
             self.failures += 1
-            delay = min(0.1 * 2 ** min(self.failures, 8), 10.0)
+            delay = failure_delay(self.failures, base=0.1, cap=10.0)
             with self._cond:
                 self._claiming = False
                 self._woken = True  # claim again once the delay is over
@@ -219,7 +220,7 @@ class Dispatcher:
             self._suspect_orphans = True  # the claim may have committed unseen
             logger.warning("kathikon: claim on queue %s failed (%s: %s); retrying in %.1fs",
                            self.queue, type(exc).__name__, exc, delay)
-            _reset_connection()
+            vendor.reset_connection()
             return 0
         if self.failures:
             logger.info("kathikon: queue %s claims again after %d failure(s)", self.queue,

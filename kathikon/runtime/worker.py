@@ -86,6 +86,8 @@ class WorkerProcess:
         self._started_at = time.monotonic()
         self.completed = 0  # jobs this process completed (acked)
         self.exit_code = 0
+        self.rescue_after = _rescue_after()
+        self.acker_stalled = False
 
     # -- public ------------------------------------------------------------------------------
 
@@ -238,7 +240,16 @@ class WorkerProcess:
                     self._summary(started)
 
     def _healthy(self) -> bool:
-        """A dispatcher or acker thread that died is a bug: exit non-zero rather than idle."""
+        """A dispatcher or acker thread that died is a bug, an acker that cannot write for
+        ``RESCUE_AFTER`` holds every outcome of this process: exit non-zero rather than
+        heartbeat on, so a supervisor restarts the process and its jobs are rescued."""
+        stalled = self.acker.stalled_for()
+        if self.rescue_after is not None and stalled > self.rescue_after:
+            self.acker_stalled = True
+            logger.error("kathikon worker %s: the acker has written nothing for %.0fs "
+                         "(RESCUE_AFTER is %gs); exiting so the supervisor restarts the process "
+                         "and its jobs are rescued", self.node, stalled, self.rescue_after)
+            return False
         dead = [name for name, d in list(self.dispatchers.items()) if not d.alive]
         dead += [f"{name} watchdog" for name, d in list(self.dispatchers.items())
                  if not d.pool.watchdog_alive]
@@ -374,7 +385,9 @@ class WorkerProcess:
             self.listener.stop()
         for dispatcher in dispatchers:
             dispatcher.join(10)  # a claim in flight finishes and is handed over
-        deadline = time.monotonic() + self.grace_period
+        # With a stalled acker no outcome gets written anyway: leave at once, be rescued.
+        grace = 0.0 if self.acker_stalled else self.grace_period
+        deadline = time.monotonic() + grace
         for dispatcher in dispatchers:
             dispatcher.wait_running(deadline - time.monotonic())
         leftovers = [job for dispatcher in dispatchers for job in dispatcher.abandon_running()]
@@ -384,7 +397,8 @@ class WorkerProcess:
                            self.grace_period)
             self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)
                                 for job in leftovers])
-        if not self.acker.stop(timeout=max(10.0, self.grace_period)):
+        if not self.acker.stop(timeout=1.0 if self.acker_stalled
+                               else max(10.0, self.grace_period)):
             logger.error("kathikon worker %s: some acknowledgements could not be written; "
                          "the lifeline will rescue those jobs", self.node)
         for service in self.services:
@@ -426,6 +440,13 @@ def _next_attempt(job: Any, delay: float | None) -> str:
         return ""
     at = job.available_at.astimezone(dt.timezone.utc).strftime("%H:%M:%S")
     return f" (attempt {job.attempts + 1} at {at} UTC, in {max(delay, 0.0):.1f}s)"
+
+
+def _rescue_after() -> float | None:
+    try:
+        return conf.rescue_after()
+    except (TypeError, ValueError):  # RESCUE_AFTER = None: no rescue, no stall limit
+        return None
 
 
 class _StoppedEarly(Exception):
