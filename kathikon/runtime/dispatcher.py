@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from kathikon.models import Job
 from kathikon.backoff import failure_delay
+from kathikon.models import Job
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.pool import ExecutorPool
 from kathikon.states import JobState
