@@ -122,9 +122,10 @@ class ExecutorPool:
         while len(self._threads) < len(self._slots):
             self._start_thread()
         if self._watchdog_wanted and self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch_loop, daemon=True,
-                                              name=f"kathikon-{self.queue}-watch")
-            self._watchdog.start()
+            watchdog = threading.Thread(target=self._watch_loop, daemon=True,
+                                        name=f"kathikon-{self.queue}-watch")
+            watchdog.start()  # before it is seen: an unstarted thread is not alive
+            self._watchdog = watchdog
 
     def run(self, jobs: list[Job]) -> None:
         """Hand jobs that have their slots (:meth:`take`) to the executor threads."""
