@@ -28,6 +28,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, connections
 
 from kathikon import conf, signals, storage
+from kathikon.backoff import failure_delay
 from kathikon.exceptions import NotMigrated
 from kathikon.executor import Execution
 from kathikon.models import Node
@@ -152,10 +153,10 @@ class WorkerProcess:
                 if storage.schema.is_missing_schema(exc):
                     raise storage.schema.not_migrated(str(exc).strip()) from exc
                 failures += 1
-                delay = min(0.5 * 2 ** min(failures, 6), 30.0)
+                delay = failure_delay(failures, base=0.5, cap=30.0)
                 logger.warning("kathikon worker %s: database unavailable at start-up (%s: %s); "
                                "retrying in %.1fs", self.node, type(exc).__name__, exc, delay)
-                connections[storage.alias()].close()
+                storage.vendor.reset_connection()
                 if self._stop.wait(delay):
                     raise _StoppedEarly from exc
 
@@ -266,7 +267,7 @@ class WorkerProcess:
             limits = self._queue_limits(storage.queue_rows())
         except Exception as exc:
             logger.warning("kathikon: reading queues failed (%s: %s)", type(exc).__name__, exc)
-            connections[storage.alias()].close()
+            storage.vendor.reset_connection()
             return
         added = False
         for name, concurrency in limits.items():
@@ -292,7 +293,7 @@ class WorkerProcess:
                 return False
         except Exception as exc:
             logger.warning("kathikon: burst check failed (%s: %s)", type(exc).__name__, exc)
-            connections[storage.alias()].close()
+            storage.vendor.reset_connection()
             return False
         return self._all_idle()
 
