@@ -36,7 +36,7 @@ from kathikon.runtime.acker import Acker
 from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.listener import Listener
 from kathikon.states import JobState
-from kathikon.storage import Ack
+from kathikon.storage import Ack, hygiene
 from kathikon.storage.runtime import count_due_jobs, due_jobs_elsewhere
 
 logger = logging.getLogger("kathikon.runtime")
@@ -89,6 +89,8 @@ class WorkerProcess:
         self.exit_code = 0
         self.rescue_after = _rescue_after()
         self.acker_stalled = False
+        self._probe_at = 0.0  # the next database probe while the acker seems stuck
+        self._unreachable_at: float | None = None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -244,12 +246,12 @@ class WorkerProcess:
         """A dispatcher or acker thread that died is a bug, an acker that cannot write for
         ``RESCUE_AFTER`` holds every outcome of this process: exit non-zero rather than
         heartbeat on, so a supervisor restarts the process and its jobs are rescued."""
-        stalled = self.acker.stalled_for()
-        if self.rescue_after is not None and stalled > self.rescue_after:
+        if self._acker_stuck():
             self.acker_stalled = True
-            logger.error("kathikon worker %s: the acker has written nothing for %.0fs "
-                         "(RESCUE_AFTER is %gs); exiting so the supervisor restarts the process "
-                         "and its jobs are rescued", self.node, stalled, self.rescue_after)
+            logger.error("kathikon worker %s: the acker has written nothing for %.0fs while "
+                         "the database answers (RESCUE_AFTER is %gs); exiting so the supervisor "
+                         "restarts the process and its jobs are rescued", self.node,
+                         self.acker.stalled_for(), self.rescue_after)
             return False
         dead = [name for name, d in list(self.dispatchers.items()) if not d.alive]
         dead += [f"{name} watchdog" for name, d in list(self.dispatchers.items())
@@ -260,6 +262,21 @@ class WorkerProcess:
             logger.error("kathikon worker %s: internal thread(s) died (%s); exiting so the "
                          "supervisor restarts the process", self.node, ", ".join(dead))
         return not dead
+
+    def _acker_stuck(self) -> bool:
+        """The acker has had work and written nothing for ``RESCUE_AFTER`` although the
+        database answers. An outage is not a wedge: the worker waits for the database
+        (the acker's retries resume by themselves), and counts again once it is back."""
+        if self.rescue_after is None or self.acker.stalled_for() <= self.rescue_after:
+            return False
+        now = self.acker.clock()
+        if now < self._probe_at:
+            return False
+        self._probe_at = now + 1.0
+        if not hygiene.database_answers(storage.alias()):
+            self._unreachable_at = now
+            return False
+        return self._unreachable_at is None or now - self._unreachable_at > self.rescue_after
 
     def _refresh_queues(self) -> None:
         """Pick up queues added with ``start_queue`` and concurrency overrides of Queue rows."""

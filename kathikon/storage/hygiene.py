@@ -22,6 +22,23 @@ def close_unusable() -> None:
         connection.close_if_unusable_or_obsolete()
 
 
+def database_answers(alias: str) -> bool:
+    """Whether the database behind ``alias`` answers a query now, from this thread."""
+    connection = connections[alias]
+    try:
+        connection.ensure_connection()
+        if connection.is_usable():
+            return True
+    except Exception:
+        logger.debug("the database %r does not answer", alias, exc_info=True)
+    try:
+        if not connection.in_atomic_block:
+            connection.close()
+    except Exception:
+        logger.debug("closing the %r connection failed", alias, exc_info=True)
+    return False
+
+
 def atomic_depths() -> dict[str, int]:
     """How many ``atomic`` blocks are open on each initialised connection of this thread."""
     return {connection.alias: len(connection.atomic_blocks)

@@ -71,3 +71,30 @@ def test_worker_process_exits_non_zero_when_its_acker_stalls(transactional_db, m
     finally:
         release.set()
         process.acker.stop(5)
+
+
+def test_worker_process_waits_out_a_database_outage_however_long(transactional_db, monkeypatch):
+    """An outage is not a wedge: the stall counts only while the database answers."""
+    from kathikon.storage import hygiene
+
+    release = threading.Event()
+    monkeypatch.setattr(acker_module, "ack_jobs", lambda acks: release.wait(10))
+    answers = [False]
+    monkeypatch.setattr(hygiene, "database_answers", lambda alias: answers[0])
+    process = WorkerProcess(node=NODE, handle_signals=False, services=(), poll_interval=0.1)
+    process.rescue_after = 3.0
+    clock = Clock()
+    process.acker.clock = clock
+    process.acker.start()
+    try:
+        process.acker.release([storage.Ack(kathikon.insert(workers.Succeed, {}), "available")])
+        clock.now += 30.0  # a long outage
+        assert process._healthy()
+        answers[0] = True  # the database is back: the acker gets RESCUE_AFTER to catch up
+        clock.now += 2.0
+        assert process._healthy()
+        clock.now += 2.0
+        assert not process._healthy() and process.acker_stalled
+    finally:
+        release.set()
+        process.acker.stop(5)
