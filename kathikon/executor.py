@@ -93,18 +93,24 @@ class Executor:
         except Exception as exc:
             return Plan(None, is_async, exc)
 
-    def run(self, job: Job, plan: Plan | None = None) -> Execution:
-        """Run ``job`` on this thread and classify what happened."""
+    def run(self, job: Job, plan: Plan | None = None, *, owns_thread: bool = False) -> Execution:
+        """Run ``job`` on this thread and classify what happened.
+
+        ``owns_thread``: the caller is an executor thread that holds no transaction
+        of its own; afterwards its broken or obsolete connections are closed too,
+        as at the end of a request.
+        """
         started = time.perf_counter()
         plan = plan or self.plan(job)
         if plan.error is not None:
             return fail_job(job, plan.error)
-        depths = hygiene.atomic_depths()
+        depths = None if owns_thread else hygiene.atomic_depths()
         try:
             execution = run_job(job, timeout=plan.timeout)
         except BaseException as exc:  # SystemExit & co. from perform: the attempt's outcome
             execution = fail_job(job, exc, duration=_since(started))
-        aliases = hygiene.roll_back_left_open(depths, TransactionLeftOpen())
+        aliases = hygiene.roll_back_left_open(depths, TransactionLeftOpen(),
+                                              close_unusable=owns_thread)
         if aliases:
             error = TransactionLeftOpen(
                 f"perform left a transaction open (database {', '.join(aliases)}); its writes "

@@ -253,7 +253,7 @@ class ExecutorPool:
                 if slot is None:
                     continue
                 hygiene.close_unusable()  # as at the start of a request
-                execution = self.executor.run(job, slot.plan)
+                execution = self.executor.run(job, slot.plan, owns_thread=True)
                 with self.lock:
                     if slot.abandoned:
                         return  # timed out or shut down: replaced, the outcome is not ours
@@ -262,7 +262,6 @@ class ExecutorPool:
                     self.finished += 1
                     self._freed()
                 slot = None
-                hygiene.close_unusable()  # as at the end of a request
         except BaseException as exc:  # the thread is dying: its job must not stay running
             self._died(slot, exc)
         finally:

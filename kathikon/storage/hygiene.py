@@ -46,34 +46,43 @@ def atomic_depths() -> dict[str, int]:
             if connection.atomic_blocks}
 
 
-def roll_back_left_open(before: dict[str, int], error: BaseException) -> list[str]:
+def roll_back_left_open(before: dict[str, int] | None, error: BaseException, *,
+                        close_unusable: bool = False) -> list[str]:
     """Roll back the ``atomic`` blocks opened since ``before`` and never exited.
 
-    Each block is exited as if ``error`` had been raised in it, so Django rolls
-    back to its savepoint (or the whole transaction) and restores autocommit;
-    a block that cannot be exited closes its connection instead. Returns the
-    aliases that had blocks left open.
+    ``before`` is :func:`atomic_depths` taken before the job (``None``: none were
+    open, as on an executor thread between jobs). Each block is exited as if
+    ``error`` had been raised in it, so Django rolls back to its savepoint (or
+    the whole transaction) and restores autocommit; a block that cannot be
+    exited closes its connection instead. With ``close_unusable`` the same pass
+    closes broken or obsolete connections, as the end of a request does.
+    Returns the aliases that had blocks left open.
     """
     found = []
     for connection in connections.all(initialized_only=True):
         blocks: list[Any] = connection.atomic_blocks
-        keep = before.get(connection.alias, 0)
-        if len(blocks) <= keep:
-            continue
-        found.append(connection.alias)
-        while len(blocks) > keep:
-            block = blocks[-1]
-            try:
-                block.__exit__(type(error), error, None)
-            except Exception:
-                logger.warning("kathikon: rolling back a transaction left open on %r failed; "
-                               "closing the connection", connection.alias, exc_info=True)
-                _discard(connection)
-                break
-            if blocks and blocks[-1] is block:  # __exit__ did not pop it: never loop forever
-                _discard(connection)
-                break
+        keep = before.get(connection.alias, 0) if before else 0
+        if len(blocks) > keep:
+            found.append(connection.alias)
+            _exit_blocks(connection, blocks, keep, error)
+        if close_unusable:
+            connection.close_if_unusable_or_obsolete()
     return found
+
+
+def _exit_blocks(connection: Any, blocks: list[Any], keep: int, error: BaseException) -> None:
+    while len(blocks) > keep:
+        block = blocks[-1]
+        try:
+            block.__exit__(type(error), error, None)
+        except Exception:
+            logger.warning("kathikon: rolling back a transaction left open on %r failed; "
+                           "closing the connection", connection.alias, exc_info=True)
+            _discard(connection)
+            return
+        if blocks and blocks[-1] is block:  # __exit__ did not pop it: never loop forever
+            _discard(connection)
+            return
 
 
 def _discard(connection: Any) -> None:
