@@ -9,6 +9,14 @@ several jobs); when it came back short, the dispatcher sleeps until a NOTIFY,
 a retry coming due, or the next poll (``POLL_INTERVAL``). A failed claim is
 retried with backoff, after releasing whatever it may have committed unseen.
 
+Adaptive batches: while claims come back full (a backlog) and the queue's jobs
+are fast, each claim also refills the pool's local buffer, doubling it up to
+``BUFFER_PER_SLOT`` jobs per executor thread (``BUFFER_MAX`` at most), and the
+next claim waits until half of it has run: one statement then claims dozens of
+jobs instead of the few slots that just freed. A short claim (the backlog is
+gone) or slow jobs (``FAST_JOB``) shrink it back to nothing, so an idle or a
+slow queue claims only what it runs and never hoards jobs other nodes could run.
+
 The loop is a small state machine on an injectable ``clock``: :meth:`Dispatcher.step`
 makes one claim when one is due, so tests drive it without threads or sleeps.
 """
@@ -33,6 +41,9 @@ from kathikon.storage.runtime import executing_jobs
 logger = logging.getLogger("kathikon.runtime")
 
 COALESCE = 0.002  # seconds a freed slot waits for others before claiming again
+BUFFER_PER_SLOT = 4  # the local buffer holds up to this many jobs per executor thread ...
+BUFFER_MAX = 200     # ... and never more than this
+FAST_JOB = 0.005     # seconds: jobs that run longer than this on average are not buffered
 
 Claim = Callable[[str, int, str], list[Job]]
 
@@ -111,8 +122,7 @@ class Dispatcher:
     def idle(self) -> bool:
         """Nothing running and the last claim found the queue empty."""
         with self._cond:
-            return not (self.pool.capacity() < self.pool.concurrency or self._more
-                        or self._woken or self._claiming)
+            return not (self.pool.holding() or self._more or self._woken or self._claiming)
 
     def stop_claiming(self) -> None:
         with self._cond:
@@ -179,6 +189,9 @@ class Dispatcher:
         free = self.pool.capacity()
         if free <= 0:
             return self.poll_interval  # a freed slot notifies
+        if (self.pool.prefetch and self.pool.queued()
+                and free * 2 < self.pool.concurrency + self.pool.prefetch):
+            return self.poll_interval  # the buffer still feeds the threads; a freed slot notifies
         if now < self._hold_until:
             return self._hold_until - now
         due = self._woken or now >= self._next_poll or (
@@ -200,10 +213,19 @@ class Dispatcher:
 
     def _coalesce(self, now: float, free: int) -> float:
         """Seconds to wait for more slots to free before claiming (0: claim now)."""
-        concurrency = self.pool.concurrency
-        if free >= concurrency or free >= max(1, concurrency // 2) or self._freed_at is None:
+        total = self.pool.concurrency + self.pool.prefetch
+        if free >= max(1, total // 2) or self._freed_at is None:
             return 0.0
         return self._freed_at + COALESCE - now
+
+    def _adapt(self, full: bool) -> None:
+        """Grow the local buffer while claims come back full with fast jobs; else drop it."""
+        pool = self.pool
+        if full and pool.finished and pool.run_time < FAST_JOB:
+            most = min(BUFFER_MAX, BUFFER_PER_SLOT * pool.concurrency)
+            pool.prefetch = min(most, max(pool.concurrency, pool.prefetch * 2))
+        else:
+            pool.prefetch = 0
 
     def _claim(self, limit: int) -> int:
         try:
@@ -229,6 +251,7 @@ class Dispatcher:
         with self._cond:
             self._claiming = False
             self._more = len(jobs) >= limit
+            self._adapt(self._more)
             self._next_poll = self.clock() + self.poll_interval
             self.claimed += len(jobs)
             self.pool.take(jobs)  # with the claim's end: never idle in between

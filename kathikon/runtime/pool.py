@@ -6,6 +6,14 @@ and frees the slot. The dispatcher only claims: it asks the pool how many jobs
 it takes (:meth:`ExecutorPool.capacity`) and hands them over
 (:meth:`ExecutorPool.submit`).
 
+Local buffer: the pool runs at most ``concurrency`` jobs at once but holds up
+to ``prefetch`` more (the dispatcher sets it: a few claims' worth while a
+backlog of fast jobs waits, 0 otherwise). Buffered jobs are claimed in the
+database like running ones (``running`` under this node, so the lifeline
+rescues them if the node dies); an executor thread that finishes a job takes
+the next buffered one without waiting for a claim. At shutdown the buffer goes
+back at once (``available``, attempt restored).
+
 The watchdog (one thread per pool, :meth:`ExecutorPool.watch`) keeps every
 slot moving:
 
@@ -80,6 +88,9 @@ class ExecutorPool:
         self.timed_out = 0         # jobs failed by the timeout watchdog
         self.abandoned_threads = 0
         self.died = 0              # executor threads that died holding a slot
+        self.prefetch = 0          # jobs held beyond ``concurrency`` (set by the dispatcher)
+        self.run_time = 0.0        # recent jobs' mean run time, seconds (moving average)
+        self._queued = 0           # slots handed over whose job has not started
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)   # a slot freed (the dispatcher waits)
         self._watch_cond = threading.Condition(self.lock)  # a deadline was set, or closing
@@ -97,7 +108,15 @@ class ExecutorPool:
 
     def capacity(self) -> int:
         """How many more jobs the pool takes now (the caller holds :attr:`lock`)."""
-        return self.concurrency - len(self._slots)
+        return self.concurrency + self.prefetch - len(self._slots)
+
+    def holding(self) -> int:
+        """Jobs holding a slot (the caller holds :attr:`lock`)."""
+        return len(self._slots)
+
+    def queued(self) -> int:
+        """Jobs handed over that no thread has started yet (the caller holds :attr:`lock`)."""
+        return self._queued
 
     @property
     def held(self) -> int:
@@ -119,7 +138,8 @@ class ExecutorPool:
         """Give ``jobs`` their slots (the caller holds :attr:`lock`); then :meth:`run` them."""
         for job in jobs:
             self._slots[id(job)] = Slot(job)
-        while len(self._threads) < len(self._slots):
+        self._queued += len(jobs)
+        while len(self._threads) < min(len(self._slots), self.concurrency):
             self._start_thread()
         if self._watchdog_wanted and self._watchdog is None:
             watchdog = threading.Thread(target=self._watch_loop, daemon=True,
@@ -137,9 +157,20 @@ class ExecutorPool:
         return self._watchdog is None or self._watchdog.is_alive() or self._closed
 
     def stop_accepting(self) -> None:
-        """Jobs handed over but not started yet go back to ``available`` (shutdown)."""
+        """Jobs handed over but not started yet go back to ``available`` (shutdown): the
+        buffer at once, a job a thread is about to start when that thread gets to it."""
         with self.lock:
             self._accepting = False
+            waiting = [slot for slot in self._slots.values()
+                       if slot.thread is None and not slot.abandoned]
+            for slot in waiting:
+                slot.abandoned = True
+                del self._slots[id(slot.job)]
+            self._queued -= len(waiting)
+            if waiting:
+                self.acker.release([Ack(slot.job, JobState.AVAILABLE, restore_attempt=True)
+                                    for slot in waiting])
+                self._freed()
 
     def wait_running(self, timeout: float) -> bool:
         """Wait until no job holds a slot; ``False`` on timeout."""
@@ -154,6 +185,7 @@ class ExecutorPool:
             for slot in slots:
                 slot.abandoned = True
             self._slots.clear()
+            self._queued = 0
             self.changed.notify_all()
         return [slot.job for slot in slots]
 
@@ -185,7 +217,8 @@ class ExecutorPool:
                     and thread.ident is not None]
             for thread in dead:  # died between jobs: nothing to fail, only to replace
                 self._threads.discard(thread)
-            while not self._closed and len(self._threads) < len(self._slots):
+            while not self._closed and len(self._threads) < min(len(self._slots),
+                                                                self.concurrency):
                 self._start_thread()
             deadlines = [s.deadline for s in self._slots.values() if s.deadline is not None]
             self._next_deadline = min(deadlines) if deadlines else None
@@ -260,6 +293,7 @@ class ExecutorPool:
                     self.acker.add(execution)  # before the slot frees: shutdown flushes it
                     del self._slots[id(job)]
                     self.finished += 1
+                    self.run_time += (self.clock() - slot.started - self.run_time) * 0.1
                     self._freed()
                 slot = None
         except BaseException as exc:  # the thread is dying: its job must not stay running
@@ -277,7 +311,7 @@ class ExecutorPool:
                 if slot is not None and not slot.abandoned:
                     self._thread_gone(slot, error, self.clock())
                 if not self._closed:
-                    while len(self._threads) < len(self._slots):
+                    while len(self._threads) < min(len(self._slots), self.concurrency):
                         self._start_thread()
         except BaseException:  # the watchdog finds the slot of a dead thread
             logger.exception("kathikon: cleaning up after a dead executor thread failed")
@@ -288,6 +322,7 @@ class ExecutorPool:
             slot = self._slots.get(id(job))
             if slot is None:
                 return None  # already released by the shutdown
+            self._queued -= 1
             if not self._accepting:  # handed over but not started: give it back
                 del self._slots[id(job)]
                 self.acker.release([Ack(job, JobState.AVAILABLE, restore_attempt=True)])

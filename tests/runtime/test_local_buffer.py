@@ -1,0 +1,118 @@
+"""The dispatcher's local buffer: large claims while a backlog of fast jobs waits, none otherwise,
+and a buffer that goes back at once (attempt restored) when the worker stops."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import kathikon
+from kathikon import storage
+from kathikon.models import Job
+from kathikon.runtime.acker import Acker
+from kathikon.runtime.dispatcher import BUFFER_PER_SLOT, FAST_JOB, Dispatcher
+from kathikon.runtime.pool import ExecutorPool
+
+from . import poison_workers as poison
+from .conftest import wait_until
+from .test_dispatcher_steps import Backlog, Clock
+
+NODE = "buffer-node"
+
+
+class RunPool(ExecutorPool):
+    """A real pool whose handed-over jobs the test starts and finishes, ``run_time`` each."""
+
+    def __init__(self, concurrency: int, clock: Clock) -> None:
+        super().__init__("default", concurrency, Acker(), clock=clock, watchdog=False)
+        self.handed: list[Job] = []
+
+    def run(self, jobs: list[Job]) -> None:
+        self.handed.extend(jobs)
+
+    def complete(self, count: int, run_time: float) -> None:
+        with self.lock:
+            for job in self.handed[:count]:
+                self._queued -= 1
+                del self._slots[id(job)]
+                self.finished += 1
+                self.run_time = run_time
+                self._freed()
+        del self.handed[:count]
+
+
+def make(concurrency: int, backlog: int):
+    clock = Clock()
+    pool = RunPool(concurrency, clock)
+    claim = Backlog(backlog)
+    dispatcher = Dispatcher("default", concurrency, NODE, pool.acker, clock=clock, claim=claim,
+                            pool=pool)
+    return dispatcher, pool, claim
+
+
+def drain(dispatcher: Dispatcher, pool: RunPool, run_time: float, rounds: int) -> None:
+    """Claim whenever a claim is due; else let the jobs of one thread-full finish."""
+    for _ in range(rounds):
+        if dispatcher.step() is None:
+            pool.complete(pool.concurrency, run_time)
+
+
+def test_a_backlog_of_fast_jobs_grows_the_claims_up_to_the_buffer():
+    dispatcher, pool, claim = make(concurrency=4, backlog=10_000)
+    drain(dispatcher, pool, 0.0001, 40)
+    most = 4 + BUFFER_PER_SLOT * 4
+    assert claim.limits[0] == 4  # nothing known about the jobs yet: only what runs
+    assert max(claim.limits) > 4  # then the buffer fills too ...
+    assert pool.prefetch == BUFFER_PER_SLOT * 4 and pool.holding() <= most  # ... bounded
+    # A refill waits until half of the held jobs ran, so it is a large claim, not a trickle.
+    assert sum(claim.limits[5:]) / len(claim.limits[5:]) >= most / 2
+
+
+def test_slow_jobs_are_never_buffered():
+    dispatcher, pool, claim = make(concurrency=4, backlog=10_000)
+    drain(dispatcher, pool, FAST_JOB * 2, 40)
+    assert pool.prefetch == 0
+    assert max(claim.limits) == 4 and pool.holding() <= 4
+
+
+def test_the_buffer_empties_when_the_backlog_is_gone():
+    dispatcher, pool, claim = make(concurrency=4, backlog=60)
+    drain(dispatcher, pool, 0.0001, 60)
+    assert claim.size == 0 and max(claim.limits) > 4
+    assert pool.prefetch == 0  # the short claim dropped it: an idle queue hoards nothing
+    pool.complete(len(pool.handed), 0.0001)
+    assert dispatcher.idle
+
+
+@pytest.fixture
+def real_pool(transactional_db):
+    acker = Acker().start()
+    pool = ExecutorPool("default", 1, acker, watchdog=False)
+    yield pool
+    for key in list(poison.HELD):
+        poison.HELD.pop(key).set()
+    pool.abandon_running()
+    pool.close()
+    acker.stop(5)
+
+
+def test_stopping_returns_the_buffer_at_once_with_its_attempts_restored(real_pool):
+    held = kathikon.insert(poison.Held, {"key": "buffer", "wait": 30})
+    kathikon.insert_many([(poison.Held, {"key": f"b{i}", "wait": 30}) for i in range(3)])
+    jobs = storage.claim_jobs("default", 4, NODE)
+    assert jobs[0].id == held.id and all(job.attempts == 1 for job in jobs)
+    real_pool.prefetch = 3
+    real_pool.submit(jobs)  # one thread: the first job runs, three wait in the buffer
+    wait_until(lambda: real_pool.held == 4 and real_pool.queued() == 3, 10,
+               message="the first job started, three buffered")
+    real_pool.stop_accepting()
+    assert real_pool.held == 1 and real_pool.queued() == 0
+    assert real_pool.acker.flush(10)
+    buffered = Job.objects.exclude(id=held.id)
+    assert sorted(buffered.values_list("state", "attempts")) == [("available", 0)] * 3
+    assert Job.objects.get(id=held.id).state == "running"  # still running here
+    poison.HELD.setdefault("buffer", threading.Event()).set()
+    wait_until(lambda: real_pool.held == 0, 10, message="the running job finished")
+    assert real_pool.acker.flush(10)
+    assert Job.objects.get(id=held.id).state == "completed"
