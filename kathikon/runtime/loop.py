@@ -90,6 +90,16 @@ def process_loop() -> ProcessLoop:
         return _current
 
 
+def revive() -> bool:
+    """Start a new loop now if this process's loop has ended (the worker's health check
+    calls it, so the next async job does not pay for the restart); ``True`` if it did."""
+    with _lock:
+        ended = _current is not None and _current.pid == os.getpid() and not _current.alive
+    if ended:
+        process_loop()
+    return ended
+
+
 def get_loop() -> asyncio.AbstractEventLoop:
     return process_loop().loop
 

@@ -32,6 +32,7 @@ from kathikon.backoff import failure_delay
 from kathikon.exceptions import NotMigrated
 from kathikon.executor import Execution
 from kathikon.models import Node
+from kathikon.runtime import loop
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.listener import Listener
@@ -253,6 +254,7 @@ class WorkerProcess:
                          "restarts the process and its jobs are rescued", self.node,
                          self.acker.stalled_for(), self.rescue_after)
             return False
+        loop.revive()  # an ended event loop: its jobs failed already, start the next one
         dead = [name for name, d in list(self.dispatchers.items()) if not d.alive]
         dead += [f"{name} watchdog" for name, d in list(self.dispatchers.items())
                  if not d.pool.watchdog_alive]
