@@ -36,6 +36,7 @@ from kathikon.exceptions import (
     StaleLease,
 )
 from kathikon.states import JobState
+from kathikon.unique import Unique
 from kathikon.workers import Discard, Retry, Snooze, Worker
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ __all__ = [
     "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
     "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
     "JobExecuting", "JobNotFound", "JobState", "KathikonError", "NotMigrated", "Retry", "Snooze",
-    "StaleLease", "Worker", "__version__", "aall", "acancel", "aclaim", "aclaim_available",
+    "StaleLease", "Unique", "Worker", "__version__", "aall", "acancel", "aclaim",
+    "aclaim_available",
     "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory", "ainsert",
     "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry", "aschedule",
     "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim", "claim_available",

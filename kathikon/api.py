@@ -25,12 +25,16 @@ def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None
            schedule_at: dt.datetime | None = None, **extra: Any) -> Job:
     """Enqueue one job; inside ``transaction.atomic()`` it commits or rolls back with you.
 
-    Raises ``InvalidJob`` (naming the bad key) and inserts nothing on bad input.
+    Raises ``InvalidJob`` (naming the bad key) and inserts nothing on bad input. A unique
+    job (``unique=`` or the worker's ``unique``) whose key another job holds is not inserted:
+    that job is returned, with ``job.conflict`` True.
     """
     options = {"queue": queue, "priority": priority, "max_attempts": max_attempts,
                "schedule_in": schedule_in, "schedule_at": schedule_at, **extra}
     row = build_row(worker, args, options)
     job = storage.insert_job(row)
+    if job.conflict:
+        return job
     _, cls = worker_class(row.worker)
     signals.send(signals.job_inserted, cls, job=job)
     if conf.testing_mode() == "inline":  # kathikon.testing: run the job now, in this process
@@ -47,15 +51,20 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> Ins
     """
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidJob("chunk_size must be an int >= 1", key="chunk_size")
-    rows, errors = [], []
+    rows, errors, positions = [], [], []
     now = storage.vendor.now()
     for index, spec in enumerate(specs):
         try:
             worker, args, options = unpack_spec(spec)
             rows.append(build_row(worker, args, options, now))
+            positions.append(index)
         except InvalidJob as exc:
             errors.append((index, str(exc)))
-    storage.insert_jobs(rows, chunk_size=chunk_size)
+    ids = storage.insert_jobs(rows, chunk_size=chunk_size)
+    conflicts = [index for index, row, pk in zip(positions, rows, ids, strict=True)
+                 if pk != row.id]
+    if conflicts:
+        rows = [row for row, pk in zip(rows, ids, strict=True) if pk == row.id]
     for row in rows:
         _, cls = worker_class(row.worker)
         if signals.job_inserted.has_listeners(cls):
@@ -65,7 +74,8 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> Ins
 
         for row in rows:
             run_inline(row.to_job())
-    return InsertResult(inserted=len(rows), ids=[row.id.hex for row in rows], errors=errors)
+    return InsertResult(inserted=len(rows), ids=[pk.hex for pk in ids], errors=errors,
+                        conflicts=conflicts)
 
 
 def fetch(job_id: object) -> Job:

@@ -9,6 +9,7 @@
                 "max_attempts": 5,            # default: KATHIKON["MAX_ATTEMPTS"]
                 "timeout": 60,                # seconds; default: no limit
                 "backoff": 30,                # seconds, or a dotted path to f(attempt)
+                "unique": None,               # True or {"period": 60, ...}: see flow-control
                 "tasks": {"myapp.tasks.send_email": {"max_attempts": 10}},
             },
         },
@@ -47,8 +48,9 @@ from django.utils.module_loading import import_string
 
 from kathikon import compat, signals
 from kathikon.conf import QUEUE_NAME
-from kathikon.exceptions import JobNotFound
+from kathikon.exceptions import InvalidJob, JobNotFound
 from kathikon.states import JobState
+from kathikon.unique import as_unique
 from kathikon.workers import Discard, Outcome, Worker
 
 if not compat.AVAILABLE:  # pragma: no cover - depends on the installed Django
@@ -70,11 +72,17 @@ OPTION_NAMES = ("max_attempts", "timeout", "backoff")
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class KathikonTask(compat.Task):
-    """A Task with Kathikon's per-task options: ``@task(max_attempts=3, timeout=30)``."""
+    """A Task with Kathikon's per-task options: ``@task(max_attempts=3, timeout=30)``.
+
+    ``unique`` (True, a dict of ``kathikon.Unique`` fields or a ``Unique``): an
+    enqueue whose task path and arguments match a pending one returns that task's
+    result instead of a new one (keys pick from ``task``, ``args`` and ``kwargs``).
+    """
 
     max_attempts: int | None = None
     timeout: float | None = None
     backoff: float | str | None = None
+    unique: Any = None
 
 
 class KathikonBackend(compat.BaseTaskBackend):
@@ -94,6 +102,10 @@ class KathikonBackend(compat.BaseTaskBackend):
         problem = _option_problem(self.job_options(task))
         if problem:
             raise compat.InvalidTask(problem)
+        try:
+            as_unique(self.job_options(task)["unique"])
+        except InvalidJob as exc:
+            raise compat.InvalidTask(str(exc)) from None
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         from kathikon import api
@@ -113,7 +125,7 @@ class KathikonBackend(compat.BaseTaskBackend):
             meta["run_after"] = run_after.isoformat()
         job = api.insert(TaskWorker, payload, queue=task.queue_name, priority=task.priority,
                          max_attempts=options.get("max_attempts"), schedule_at=run_after,
-                         meta=meta)
+                         meta=meta, unique=options["unique"])
         return task_result(job)
 
     def get_result(self, result_id: str) -> Any:
@@ -128,10 +140,10 @@ class KathikonBackend(compat.BaseTaskBackend):
         return task_result(job)
 
     def job_options(self, task: Any) -> dict[str, Any]:
-        """max_attempts, timeout and backoff for ``task``: decorator, then OPTIONS."""
+        """max_attempts, timeout, backoff and unique for ``task``: decorator, then OPTIONS."""
         per_task = (self.options.get("tasks") or {}).get(task.module_path) or {}
         merged = {}
-        for name in OPTION_NAMES:
+        for name in (*OPTION_NAMES, "unique"):
             value = getattr(task, name, None)
             if value is None:
                 value = per_task.get(name, self.options.get(name))
@@ -146,11 +158,12 @@ class KathikonBackend(compat.BaseTaskBackend):
                 "INSTALLED_APPS: its jobs table, its checks and kathikon_worker are missing.",
                 hint="Add 'kathikon' to INSTALLED_APPS and run manage.py migrate.",
                 id="kathikon.E103"))
-        unknown = set(self.options) - {*OPTION_NAMES, "tasks"}
+        unknown = set(self.options) - {*OPTION_NAMES, "unique", "tasks"}
         if unknown:
             found.append(checks.Error(
                 f"TASKS[{self.alias!r}]['OPTIONS'] has unknown keys {sorted(unknown)}.",
-                hint="Kathikon's backend takes max_attempts, timeout, backoff and tasks.",
+                hint="Kathikon's backend takes max_attempts, timeout, backoff, unique and "
+                "tasks.",
                 id="kathikon.E101"))
         tasks = self.options.get("tasks") or {}
         for label, options in [("OPTIONS", self.options), *tasks.items()]:

@@ -55,3 +55,42 @@ class PartialIndex(models.Index):
                 and self.fallback_fields == getattr(other, "fallback_fields", None))
 
     __hash__ = models.Index.__hash__
+
+
+class PartialUniqueConstraint(models.UniqueConstraint):
+    """A unique index over the rows matching ``where`` where the database has partial indexes.
+
+    Elsewhere (MariaDB) it is a plain unique constraint, which must then hold
+    NULL for the rows outside ``where`` (NULLs never clash).
+    """
+
+    def __init__(self, *args: Any, where: Q, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.where = where
+
+    def _conditional(self, schema_editor: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        if schema_editor.connection.features.supports_partial_indexes:
+            self.condition = self.where
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self.condition = None
+
+    def constraint_sql(self, model: Any, schema_editor: Any) -> Any:
+        return self._conditional(schema_editor, super().constraint_sql, model, schema_editor)
+
+    def create_sql(self, model: Any, schema_editor: Any) -> Any:
+        return self._conditional(schema_editor, super().create_sql, model, schema_editor)
+
+    def remove_sql(self, model: Any, schema_editor: Any) -> Any:
+        return self._conditional(schema_editor, super().remove_sql, model, schema_editor)
+
+    def deconstruct(self) -> Any:
+        path, args, kwargs = super().deconstruct()
+        kwargs["where"] = self.where
+        return path, args, kwargs
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other) and self.where == getattr(other, "where", None)
+
+    __hash__ = models.UniqueConstraint.__hash__

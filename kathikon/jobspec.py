@@ -20,6 +20,7 @@ from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidJob
 from kathikon.ids import new_id, parse_id
 from kathikon.states import JobState
+from kathikon.unique import as_unique
 from kathikon.workers import Worker, resolve_worker
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 OPTION_KEYS = frozenset({
     "queue", "priority", "max_attempts", "schedule_in", "schedule_at", "meta",
-    "batch_id", "parent_job_id", "cron_id", "scheduled_at",
+    "batch_id", "parent_job_id", "cron_id", "scheduled_at", "unique",
 })
 
 _worker_cache: dict[str, type[Worker]] = {}
@@ -72,6 +73,9 @@ class JobRow:
     batch_id: uuid.UUID | None = None
     parent_job_id: uuid.UUID | None = None
     cron_id: uuid.UUID | None = None
+    unique_key: str | None = None
+    unique_states: int | None = None
+    replace: tuple[str, ...] = ()  # fields a clash overwrites on the job holding the key
 
     def to_job(self) -> Job:
         """The unsaved Job; built without ``Model.__init__``'s per-field work when nothing
@@ -87,7 +91,8 @@ class JobRow:
                  "scheduled_at": self.scheduled_at, "available_at": self.available_at,
                  "inserted_at": self.inserted_at, "errors": [], "meta": self.meta,
                  "batch_id": self.batch_id, "parent_job_id": self.parent_job_id,
-                 "cron_id": self.cron_id}
+                 "cron_id": self.cron_id, "unique_key": self.unique_key,
+                 "unique_states": self.unique_states}
         if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
             return Job(**given)
         job = Job.__new__(Job)
@@ -101,11 +106,18 @@ class JobRow:
 
 @dataclass(frozen=True)
 class InsertResult:
-    """What ``insert_many`` did: how many jobs, their ids (hex), and the specs it refused."""
+    """What ``insert_many`` did.
+
+    ``inserted``: how many new jobs; ``ids``: one hex id per accepted spec, in
+    order (a unique spec whose key was held gets the holder's id);
+    ``conflicts``: the indexes of those unique specs; ``errors``: ``(index,
+    message)`` of the specs refused.
+    """
 
     inserted: int
     ids: list[str] = field(default_factory=list)
     errors: list[tuple[int, str]] = field(default_factory=list)
+    conflicts: list[int] = field(default_factory=list)
 
 
 def unpack_spec(spec: Any) -> tuple[Any, Any, dict[str, Any]]:
@@ -325,7 +337,8 @@ def build_row(worker: Any, args: Any, options: dict[str, Any],
         raise InvalidJob("meta must be a dict", key="meta")
     if meta:
         dump_args(meta, "meta")
-    return JobRow(
+    unique = as_unique(cls.unique if options.get("unique") is None else options["unique"])
+    row = JobRow(
         id=new_id(), queue=queue, worker=path, args=args, args_json=args_json,
         state=JobState.SCHEDULED if available_at > now else JobState.AVAILABLE,
         priority=priority, max_attempts=max_attempts, scheduled_at=scheduled_at,
@@ -333,6 +346,13 @@ def build_row(worker: Any, args: Any, options: dict[str, Any],
         batch_id=_ref(options, "batch_id"), parent_job_id=_ref(options, "parent_job_id"),
         cron_id=_ref(options, "cron_id"),
     )
+    if unique is not None:
+        row.unique_key = unique.key(path, queue, args, meta, now)
+        row.unique_states = unique.state_bits if row.state in unique.states else None
+        if row.unique_states is None:  # inserted outside its unique states: nothing to hold
+            row.unique_key = None
+        row.replace = unique.replace
+    return row
 
 
 def _option(options: dict[str, Any], key: str, default: Any) -> Any:

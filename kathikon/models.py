@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from kathikon.ids import new_id
-from kathikon.indexes import PartialIndex
+from kathikon.indexes import PartialIndex, PartialUniqueConstraint
 from kathikon.states import CLAIMABLE_STATES, TERMINAL_STATES, JobState
 
 __all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue"]
@@ -49,7 +49,13 @@ class Job(models.Model):
     attempted_by = models.CharField(max_length=255, blank=True, default="")
     lease = models.BigIntegerField(default=0, help_text="Fencing token: bumped at every claim.")
     meta = models.JSONField(default=dict, blank=True)
+    # Unique jobs (kathikon.unique): the key, NULL once the job leaves the states whose bits
+    # are in unique_states; every state change writes both in the same statement.
+    unique_key = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    unique_states = models.SmallIntegerField(null=True, blank=True, editable=False)
 
+    #: Set on the job ``insert`` returns: True when an equal unique job already existed.
+    conflict: bool = False
 
     class Meta:
         ordering = ["-id"]
@@ -93,6 +99,9 @@ class Job(models.Model):
             # Cron exactly-once: one job per schedule and tick (NULLs never clash).
             models.UniqueConstraint(fields=["cron", "scheduled_at"],
                                     name="kathikon_job_cron_tick"),
+            # Unique jobs: one job per key; jobs outside their unique states hold NULL.
+            PartialUniqueConstraint(fields=["unique_key"], where=Q(unique_key__isnull=False),
+                                    name="kathikon_job_unique_key"),
         ]
         permissions = [
             ("retry_job", "Can retry jobs"),

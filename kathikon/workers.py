@@ -62,14 +62,17 @@ class Worker:
     Class attributes give the defaults of jobs inserted for this worker:
     ``queue`` ("default"), ``priority`` (0), ``max_attempts`` (the
     ``MAX_ATTEMPTS`` setting), ``timeout`` (seconds or a ``timedelta``,
-    ``None`` = no limit). Override ``backoff(job)`` to change the delay before
-    a retry, ``timeout_for(job)`` to give one job a different limit.
+    ``None`` = no limit), ``unique`` (a ``kathikon.Unique``; ``None`` = no
+    uniqueness). Override ``backoff(job)`` to change the delay before a retry,
+    ``timeout_for(job)`` to give one job a different limit.
     """
 
     queue: ClassVar[str] = "default"
     priority: ClassVar[int] = 0
     max_attempts: ClassVar[int | None] = None
     timeout: ClassVar[float | dt.timedelta | None] = None
+    #: ``kathikon.Unique`` (or True, or a dict of its fields): at most one such job at a time.
+    unique: ClassVar[Any] = None
 
     def perform(self, job: Job) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.perform(job) is not implemented")

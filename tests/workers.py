@@ -75,3 +75,19 @@ class AsyncSucceed(kathikon.Worker):
 
 class NotAWorker:
     pass
+
+
+class SyncAccount(kathikon.Worker):
+    """Unique per account_id while unfinished (the other args do not count)."""
+
+    unique = kathikon.Unique(keys=["account_id"])
+
+    def perform(self, job):
+        return None
+
+
+class FailOnce(kathikon.Worker):
+    unique = kathikon.Unique(states=kathikon.unique.UNSTARTED)
+
+    def perform(self, job):
+        raise ValueError("once")

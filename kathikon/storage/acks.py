@@ -18,6 +18,8 @@ from typing import Any
 from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import notify, vendor
+from kathikon.storage.uniques import key_after, key_after_sql
+from kathikon.unique import holds
 
 
 @dataclass(slots=True)
@@ -33,17 +35,20 @@ class Ack:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-_PG_COMPLETE = """
+_KEY = key_after_sql(JobState.COMPLETED, "j")  # frees unique keys not held once completed
+
+_PG_COMPLETE = f"""
 UPDATE kathikon_job AS j
-SET state = 'completed', completed_at = %s, result = v.result::jsonb
+SET state = 'completed', completed_at = %s, result = v.result::jsonb,
+    unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[], %s::text[]) AS v(id, lease, result)
 WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
 RETURNING j.id
 """
 
-_PG_COMPLETE_NO_RESULT = """
+_PG_COMPLETE_NO_RESULT = f"""
 UPDATE kathikon_job AS j
-SET state = 'completed', completed_at = %s, result = NULL
+SET state = 'completed', completed_at = %s, result = NULL, unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[]) AS v(id, lease)
 WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
 RETURNING j.id
@@ -115,7 +120,8 @@ def _complete_locking(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
     ids = [pk for pk, lease in rows if leases.get(pk) == lease]
     if ids:
         Job.objects.using(using).filter(id__in=ids, state__in=EXECUTING_STATES).update(
-            state=JobState.COMPLETED, completed_at=now, result=None)
+            state=JobState.COMPLETED, completed_at=now, result=None,
+            unique_key=key_after(JobState.COMPLETED))
     return set(ids)
 
 
@@ -141,9 +147,11 @@ def _write_one(ack: Ack, now: dt.datetime) -> bool:
     job = ack.job
     return bool(Job.objects.using(vendor.alias()).filter(
         id=job.id, lease=job.lease, state__in=EXECUTING_STATES,
-    ).update(**_changes(ack, now)))
+    ).update(**_changes(ack, now), unique_key=key_after(ack.state)))
 
 
 def _apply_locally(ack: Ack, now: dt.datetime) -> None:
     for name, value in _changes(ack, now).items():
         setattr(ack.job, name, value)
+    if not holds(ack.job.unique_states, ack.state):
+        ack.job.unique_key = None

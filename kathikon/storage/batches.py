@@ -26,6 +26,7 @@ from kathikon.models import Batch, Job
 from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import vendor
 from kathikon.storage.schema import explain_missing_schema
+from kathikon.storage.uniques import key_after
 
 #: Key set on a parent's ``meta`` while it waits, already performed, for its batch to close.
 AWAITING = "kathikon_awaiting_batch"
@@ -157,7 +158,8 @@ def complete_held_parent(parent_job_id: uuid.UUID, now: dt.datetime) -> Job | No
         return None
     meta = {key: value for key, value in job.meta.items() if key != AWAITING}
     updated = _jobs().filter(pk=job.pk, lease=job.lease, state=JobState.RUNNING).update(
-        state=JobState.COMPLETED, completed_at=now, meta=meta)
+        state=JobState.COMPLETED, completed_at=now, meta=meta,
+        unique_key=key_after(JobState.COMPLETED))
     if not updated:
         return None
     job.state, job.completed_at, job.meta = JobState.COMPLETED, now, meta

@@ -19,6 +19,8 @@ from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
 from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, jobs_from_rows
+from kathikon.storage.uniques import key_after, key_after_sql
+from kathikon.unique import holds
 
 _CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 
@@ -32,23 +34,28 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED)
 UPDATE kathikon_job AS j
 SET state = %(into)s, attempts = j.attempts + 1, started_at = {{now}},
-    attempted_by = %(node)s, lease = j.lease + 1
+    attempted_by = %(node)s, lease = j.lease + 1, unique_key = {{key}}
 FROM picked WHERE j.id = picked.id
 RETURNING {", ".join("j." + c.strip('"') for c in JOB_COLUMNS.split(", "))}
 """
 
 # SQLite has one writer: the UPDATE is atomic on its own, no row locks needed.
-_SQLITE_CLAIM = f"""
+_SQLITE_CLAIM_SQL = """
 UPDATE kathikon_job
-SET state = %s, attempts = attempts + 1, started_at = %s, attempted_by = %s, lease = lease + 1
+SET state = %s, attempts = attempts + 1, started_at = %s, attempted_by = %s, lease = lease + 1,
+    unique_key = {key}
 WHERE id IN (
     SELECT id FROM kathikon_job
-    WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND +available_at <= %s
+    WHERE queue = %s AND state IN ({claimable}) AND +available_at <= %s
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %s AND paused)
     ORDER BY priority DESC, available_at
     LIMIT %s)
 RETURNING id
 """
+_SQLITE_CLAIMS: dict[str, str] = {
+    into: _SQLITE_CLAIM_SQL.format(key=key_after_sql(into), claimable=_CLAIMABLE_SQL)
+    for into in EXECUTING_STATES}
+_SQLITE_CLAIM = _SQLITE_CLAIMS[JobState.RUNNING]
 
 
 def claim_jobs(queue: str, limit: int, node: str, *, into: str = JobState.RUNNING,
@@ -71,7 +78,8 @@ def claim_jobs(queue: str, limit: int, node: str, *, into: str = JobState.RUNNIN
 
 def _claim_postgres(queue: str, limit: int, node: str, into: str,
                     now: dt.datetime | None) -> list[Job]:
-    sql = _PG_CLAIM.format(now="%(now)s" if now else "statement_timestamp()")
+    sql = _PG_CLAIM.format(now="%(now)s" if now else "statement_timestamp()",
+                           key=key_after_sql(into, "j"))
     params: dict[str, Any] = {
         "queue": queue, "limit": limit, "node": node, "into": into, "now": now}
     with vendor.connection().cursor() as cursor:
@@ -84,7 +92,7 @@ def _claim_sqlite(queue: str, limit: int, node: str, into: str, now: dt.datetime
     connection = vendor.connection()
     stamp = connection.ops.adapt_datetimefield_value(now)
     with vendor.atomic(), connection.cursor() as cursor:
-        cursor.execute(_SQLITE_CLAIM, [into, stamp, node, queue, stamp, queue, limit])
+        cursor.execute(_SQLITE_CLAIMS[into], [into, stamp, node, queue, stamp, queue, limit])
         ids = [row[0] for row in cursor.fetchall()]
         if not ids:
             return []
@@ -122,11 +130,13 @@ def _claim_locking(queue: str, limit: int, node: str, into: str, now: dt.datetim
             return []
         Job.objects.using(using).filter(id__in=[job.id for job in jobs]).update(
             state=into, attempts=F("attempts") + 1, started_at=now, attempted_by=node,
-            lease=F("lease") + 1)
+            lease=F("lease") + 1, unique_key=key_after(into))
     for job in jobs:  # the rows were locked, so these are exactly the values written
         job.state, job.started_at, job.attempted_by = into, now, node
         job.attempts += 1
         job.lease += 1
+        if not holds(job.unique_states, into):
+            job.unique_key = None
     return jobs
 
 
@@ -149,14 +159,20 @@ def claim_job(job_id: object, node: str, *, now: dt.datetime | None = None) -> J
         job.state, job.started_at, job.attempted_by = JobState.CLAIMED, now, node
         job.attempts += 1
         job.lease += 1
-        job.save(update_fields=["state", "started_at", "attempted_by", "attempts", "lease"])
+        if not holds(job.unique_states, JobState.CLAIMED):
+            job.unique_key = None
+        job.save(update_fields=["state", "started_at", "attempted_by", "attempts", "lease",
+                                "unique_key"])
     return job
 
 
 def start_job(job: Job) -> bool:
     """``claimed → running`` for a job claimed with ``claim()``; False if fenced off."""
     updated = Job.objects.using(vendor.alias()).filter(
-        id=job.id, lease=job.lease, state=JobState.CLAIMED).update(state=JobState.RUNNING)
+        id=job.id, lease=job.lease, state=JobState.CLAIMED).update(
+            state=JobState.RUNNING, unique_key=key_after(JobState.RUNNING))
     if updated:
         job.state = JobState.RUNNING
+        if not holds(job.unique_states, JobState.RUNNING):
+            job.unique_key = None
     return bool(updated)

@@ -18,7 +18,7 @@ from typing import Any
 from kathikon.jobspec import JobRow
 from kathikon.models import Job
 from kathikon.states import JobState
-from kathikon.storage import notify, vendor
+from kathikon.storage import notify, uniques, vendor
 from kathikon.storage.schema import explain_missing_schema
 
 _INSERT_COLUMNS = ("id, queue, worker, args, state, priority, max_attempts, scheduled_at, "
@@ -68,7 +68,13 @@ def _pg_copy_values(row: JobRow) -> tuple[Any, ...]:
 
 
 def insert_job(row: JobRow) -> Job:
-    """Insert one job in the caller's transaction (or autocommit) and return it."""
+    """Insert one job in the caller's transaction (or autocommit) and return it.
+
+    A unique job whose key is held comes back as the holder, ``conflict`` True.
+    """
+    if row.unique_key is not None:
+        with explain_missing_schema():
+            return uniques.insert_unique_job(row, row.replace)
     job = row.to_job()
     with explain_missing_schema():
         if vendor.is_postgres():
@@ -82,7 +88,31 @@ def insert_job(row: JobRow) -> Job:
 
 
 def insert_jobs(rows: Sequence[JobRow], chunk_size: int = 500) -> list[uuid.UUID]:
-    """Insert many jobs with one statement per chunk (PostgreSQL: ``COPY``)."""
+    """Insert many jobs with one statement per chunk (PostgreSQL: ``COPY``).
+
+    Returns one id per row: a unique row whose key another job held gets that
+    job's id (compare with ``row.id`` to tell the duplicates).
+    """
+    keyed = [row for row in rows if row.unique_key is not None]
+    if not keyed:
+        return _insert_plain(rows, chunk_size)
+    with explain_missing_schema(), vendor.atomic():
+        _insert_plain([row for row in rows if row.unique_key is None], chunk_size)
+        holders: dict[str, uuid.UUID] = {}
+        by_replace: dict[tuple[str, ...], list[JobRow]] = {}
+        for row in keyed:
+            by_replace.setdefault(row.replace, []).append(row)
+        for replace, group in by_replace.items():
+            group = sorted(group, key=lambda row: row.unique_key or "")  # one lock order
+            for start in range(0, len(group), chunk_size):
+                chunk = [row for row in group[start:start + chunk_size]
+                         if row.unique_key not in holders]
+                if chunk:
+                    holders.update(uniques.insert_unique_rows(chunk, replace))
+    return [row.id if row.unique_key is None else holders[row.unique_key] for row in rows]
+
+
+def _insert_plain(rows: Sequence[JobRow], chunk_size: int) -> list[uuid.UUID]:
     ids: list[uuid.UUID] = []
     with explain_missing_schema(), vendor.atomic():
         copy = vendor.is_postgres() and _can_copy()

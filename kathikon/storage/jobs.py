@@ -14,6 +14,8 @@ from kathikon.models import Job, JobEvent
 from kathikon.states import EXECUTING_STATES, PENDING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
+from kathikon.storage.uniques import key_after
+from kathikon.unique import holds
 
 
 def job_pk(job_id: object) -> uuid.UUID:
@@ -62,7 +64,8 @@ def cancel_job(job_id: object, *, actor: str = "") -> Job:
         if job.state not in PENDING_STATES:
             raise InvalidState(f"job {job.id.hex} is already {job.state}", state=job.state)
         now = vendor.now()
-        update_job(job, state=JobState.CANCELLED, cancelled_at=now, completed_at=now)
+        update_job(job, state=JobState.CANCELLED, cancelled_at=now, completed_at=now,
+                   unique_key=_key_in(job, JobState.CANCELLED))
         record_event(job.id, "cancelled", actor=actor, at=now)
     return job
 
@@ -78,6 +81,7 @@ def retry_job(job_id: object, *, actor: str = "") -> Job:
         now = vendor.now()
         previous = job.state
         update_job(job, state=JobState.AVAILABLE, available_at=now, completed_at=None,
+                   unique_key=_key_in(job, JobState.AVAILABLE),
                    cancelled_at=None, max_attempts=max(job.max_attempts, job.attempts + 1))
         record_event(job.id, "retried", actor=actor, at=now, previous_state=previous)
         notify.notify(notify.AVAILABLE, [job.queue])
@@ -104,6 +108,11 @@ def rerun_job(job_id: object, *, actor: str = "") -> Job:
     return copy
 
 
+def _key_in(job: Job, state: str) -> str | None:
+    """The unique key ``job`` keeps in ``state`` (it is locked: no race)."""
+    return job.unique_key if holds(job.unique_states, state) else None
+
+
 def dead_jobs(queue: str | None = None) -> list[Job]:
     query = jobs().filter(state=JobState.DEAD)
     if queue is not None:
@@ -121,7 +130,8 @@ def promote_scheduled(now: dt.datetime | None = None, *, limit: int = 1000) -> i
             return 0
         query = jobs().filter(id__in=ids, state=JobState.SCHEDULED)
         queues = set(query.values_list("queue", flat=True).distinct())
-        promoted = query.update(state=JobState.AVAILABLE)
+        promoted = query.update(state=JobState.AVAILABLE,
+                                unique_key=key_after(JobState.AVAILABLE))
         notify.notify(notify.AVAILABLE, queues)
     return promoted
 

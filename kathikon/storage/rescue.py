@@ -34,6 +34,8 @@ from kathikon.models import Batch, Job, Node
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
+from kathikon.storage.uniques import key_after
+from kathikon.unique import holds
 
 logger = logging.getLogger("kathikon.runtime")
 
@@ -119,11 +121,14 @@ def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
         changes["available_at"] = now
     # Fenced: only while the job is still executing under the lease we read.
     written = Job.objects.using(vendor.alias()).filter(
-        id=job.id, lease=job.lease, state__in=EXECUTING_STATES).update(**changes)
+        id=job.id, lease=job.lease, state__in=EXECUTING_STATES).update(
+            **changes, unique_key=key_after(state))
     if not written:
         return None
     for name, value in changes.items():
         setattr(job, name, value)
+    if not holds(job.unique_states, state):
+        job.unique_key = None
     record_event(job.id, "rescued", actor=rescuer, at=now, node=vanished, state=state,
                  attempt=job.attempts)
     return Rescued(job=job, node=vanished, state=state)

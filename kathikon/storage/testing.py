@@ -8,6 +8,7 @@ from kathikon.models import Job
 from kathikon.states import CLAIMABLE_STATES, PENDING_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.queues import paused_queues
+from kathikon.storage.uniques import key_after
 
 
 def pending_jobs(*, worker: str | None = None, queue: str | None = None) -> list[Job]:
@@ -41,6 +42,7 @@ def make_due(queue: str | None = None, now: dt.datetime | None = None) -> int:
         query = query.filter(queue=queue)
     with vendor.atomic():
         queues = set(query.order_by().values_list("queue", flat=True).distinct())
-        changed = query.update(state=JobState.AVAILABLE, available_at=now)
+        changed = query.update(state=JobState.AVAILABLE, available_at=now,
+                               unique_key=key_after(JobState.AVAILABLE))
         notify.notify(notify.AVAILABLE, queues)
     return changed

@@ -376,3 +376,27 @@ def test_a_second_backend_alias_keeps_its_own_options(db):
         assert drain_queue("bulk-imports").completed == 1
         result.refresh()
         assert result.status == Status.SUCCESSFUL
+
+
+def test_a_unique_task_enqueued_twice_is_one_job(db):
+    options = {"tasks": {"tests.ecosystem.tasks.add": {"unique": {"keys": ["args"]}}}}
+    with override_settings(TASKS={"default": {"BACKEND": "kathikon.backends.KathikonBackend",
+                                              "QUEUES": ["default", "emails"],
+                                              "OPTIONS": options}}):
+        first = tasks.add.enqueue(1, 2)
+        again = tasks.add.enqueue(1, 2)
+        other = tasks.add.enqueue(2, 2)
+        plain = tasks.plain.enqueue()
+        plain_again = tasks.plain.enqueue()
+    assert first.id == again.id != other.id
+    assert plain.id != plain_again.id
+    assert kathikon.fetch(again.id).conflict is False  # a fetched job is just a job
+    from kathikon.models import Job
+    assert Job.objects.count() == 4
+
+
+def test_a_bad_unique_task_option_is_rejected_at_enqueue(db):
+    with override_settings(TASKS={"default": {"BACKEND": "kathikon.backends.KathikonBackend",
+                                              "OPTIONS": {"unique": {"period": -1}}}}), \
+            pytest.raises(compat.InvalidTask, match="period"):
+        tasks.plain.enqueue()
