@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         start_queue,
         status,
     )
+    from kathikon.completion import complete_in_transaction
     from kathikon.models import Job
     from kathikon.runners import complete, discard, fail, snooze
 
@@ -78,6 +79,7 @@ _LAZY = {
     **{name: "kathikon.runners" for name in ("complete", "discard", "fail", "snooze")},
     **{name: "kathikon.aapi" for name in ("acomplete", "adiscard", "afail", "asnooze")},
     "Job": "kathikon.models",
+    "complete_in_transaction": "kathikon.completion",
     "Batch": "kathikon.batch",
 }
 
@@ -101,11 +103,10 @@ __all__ = [
     "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
     "JobExecuting", "JobNotFound", "JobState", "KathikonError", "NotMigrated", "Retry", "Snooze",
     "StaleLease", "Unique", "Worker", "__version__", "aall", "acancel", "aclaim",
-    "aclaim_available",
-    "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory", "ainsert",
-    "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry", "aschedule",
-    "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim", "claim_available",
-    "complete", "cron", "dead_jobs", "discard", "fail", "fetch", "history", "insert",
-    "insert_many", "pause_queue", "rerun", "resume_queue", "retry", "schedule", "snooze",
-    "start_queue", "status",
+    "aclaim_available", "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory",
+    "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry",
+    "aschedule", "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim",
+    "claim_available", "complete", "complete_in_transaction", "cron", "dead_jobs", "discard",
+    "fail", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue",
+    "retry", "schedule", "snooze", "start_queue", "status",
 ]

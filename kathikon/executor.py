@@ -245,7 +245,14 @@ def settle(executions: Sequence[Execution]) -> list[Execution]:
     if _batches.held:  # a parent opened a batch inside perform: it may stay running (rare)
         kept = _batches.hold_parents(executions)
         pending = [execution for execution in executions if execution.job.id not in kept]
-    written = ack_jobs([execution.ack for execution in pending]) | kept
+    done = {execution.job.id for execution in executions
+            if execution.job.completed_in_transaction}
+    if done:  # completed in perform's own transaction: the ack of this attempt is a no-op
+        pending = [execution for execution in pending if execution.job.id not in done]
+        for execution in executions:
+            if execution.job.id in done:
+                _completed_in_transaction(execution)
+    written = ack_jobs([execution.ack for execution in pending]) | kept | done
     finished_batches = None
     for execution in executions:
         execution.written = execution.job.id in written
@@ -262,6 +269,12 @@ def settle(executions: Sequence[Execution]) -> list[Execution]:
     if finished_batches:  # one query; jobs outside batches pay nothing
         _batches.children_finished(finished_batches)
     return list(executions)
+
+
+def _completed_in_transaction(execution: Execution) -> None:
+    """The job committed its own completion (whatever perform did afterwards): say so."""
+    execution.kind, execution.exception = "completed", None
+    execution.ack = Ack(execution.job, JobState.COMPLETED, result=execution.job.result)
 
 
 def _failed(job: Job, worker: Worker, exc: BaseException, started: float,

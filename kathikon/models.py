@@ -56,6 +56,8 @@ class Job(models.Model):
 
     #: Set on the job ``insert`` returns: True when an equal unique job already existed.
     conflict: bool = False
+    #: True once ``kathikon.complete_in_transaction(job)`` committed (its ack is then skipped).
+    completed_in_transaction: bool = False
 
     class Meta:
         ordering = ["-id"]
