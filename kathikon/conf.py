@@ -15,6 +15,10 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from kathikon.exceptions import InvalidQueue
+from kathikon.limits import LIMIT_KEYS
+from kathikon.limits import parse as parse_limits
+
 QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,63}\Z")  # \Z: "default\n" is no queue name
 # Jobs one node runs at once in one queue (each is an executor slot): settings, --queues
 # and the admin's override all stop here; beyond it, run more processes or nodes.
@@ -135,11 +139,17 @@ def _queue_problems(queues: Any) -> list[Problem]:
             found.append(Problem("kathikon.E003", f"Bad queue name {name!r}.",
                                  "Use letters, digits, '_', '-' and '.', at most 63."))
             continue
-        if not isinstance(options, dict) or set(options) - {"concurrency"}:
+        if not isinstance(options, dict) or set(options) - {"concurrency", *LIMIT_KEYS}:
             found.append(Problem("kathikon.E003", f"KATHIKON['QUEUES'][{name!r}] must be a dict "
-                                 "with the key 'concurrency' only.",
-                                 'Example: {"concurrency": 5}.'))
+                                 "with the keys 'concurrency', 'global_limit', 'partition' and "
+                                 "'rate_limit' only.",
+                                 'Example: {"concurrency": 5}. See docs/flow-control.md.'))
             continue
+        try:
+            parse_limits(options)
+        except InvalidQueue as exc:
+            found.append(Problem("kathikon.E003", f"Queue {name!r}: {exc}",
+                                 "See docs/flow-control.md."))
         concurrency = options.get("concurrency", 10)
         if (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                 or not 1 <= concurrency <= MAX_CONCURRENCY):

@@ -148,12 +148,17 @@ class JobEvent(models.Model):
 
 
 class Queue(models.Model):
-    """A queue's shared state: paused or not, and a concurrency override."""
+    """A queue's shared state: paused or not, concurrency and limit overrides, rate window."""
 
     name = models.CharField(max_length=63, primary_key=True)
     paused = models.BooleanField(default=False)
     concurrency = models.PositiveIntegerField(null=True, blank=True,
                                               help_text="Overrides the settings for every node.")
+    limits = models.JSONField(null=True, blank=True, help_text=(
+        "Overrides the settings' global_limit, partition and rate_limit (null: unlimited)."))
+    # The current fixed rate-limit window of this queue and the starts counted in it.
+    rate_window = models.DateTimeField(null=True, blank=True, editable=False)
+    rate_count = models.PositiveIntegerField(default=0, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -19,6 +19,10 @@ job_cancelled      worker class        job
 job_rescued        worker class        job, node (the vanished node), state (new state)
 queue_paused       Queue model         queue (name)
 queue_resumed      Queue model         queue (name)
+queue_limited      Queue model         queue (name), node, limit ("global_limit",
+                                       "rate_limit" or "partition"), claims (held claims
+                                       since the last send), since (seconds); at most once
+                                       per second per queue and node
 batch_completed    Batch model         batch, callback_job, completed, dead, cancelled
 cron_enqueued      CronSchedule model  schedule, job, tick
 worker_started     Node model          node (name), queues (name → concurrency)
@@ -48,6 +52,7 @@ job_cancelled = Signal()
 job_rescued = Signal()
 queue_paused = Signal()
 queue_resumed = Signal()
+queue_limited = Signal()
 batch_completed = Signal()
 cron_enqueued = Signal()
 worker_started = Signal()

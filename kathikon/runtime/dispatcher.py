@@ -30,12 +30,15 @@ from collections.abc import Callable
 
 from django.db import connections
 
+from kathikon import signals
 from kathikon.backoff import failure_delay
-from kathikon.models import Job
+from kathikon.limits import Limits
+from kathikon.models import Job, Queue
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.pool import ExecutorPool
 from kathikon.states import JobState
 from kathikon.storage import Ack, claim_jobs, vendor
+from kathikon.storage.limited import claim_limited_jobs
 from kathikon.storage.runtime import executing_jobs
 
 logger = logging.getLogger("kathikon.runtime")
@@ -44,6 +47,9 @@ COALESCE = 0.002  # seconds a freed slot waits for others before claiming again
 BUFFER_PER_SLOT = 4  # the local buffer holds up to this many jobs per executor thread ...
 BUFFER_MAX = 200     # ... and never more than this
 FAST_JOB = 0.005     # seconds: jobs that run longer than this on average are not buffered
+HELD_POLL = 0.05  # seconds between claims while a limit holds a queue back (capacity may free
+# on another node: nothing wakes this one)
+LIMITED_SIGNAL_EVERY = 1.0  # queue_limited is sent at most this often per queue
 
 Claim = Callable[[str, int, str], list[Job]]
 
@@ -75,6 +81,10 @@ class Dispatcher:
         self._claiming = False    # a claim statement is in flight
         self._suspect_orphans = False
         self._thread: threading.Thread | None = None
+        self.limits = Limits()    # global/partition/rate limits: claimed through storage.limited
+        self.held_claims = 0      # claims a limit held short since start
+        self._held: dict[str, int] = {}  # limit → held claims not yet signalled
+        self._held_since = 0.0
 
     # -- control (any thread) ----------------------------------------------------------------
 
@@ -107,6 +117,14 @@ class Dispatcher:
                 logger.info("kathikon: queue %s concurrency %d → %d", self.queue,
                             self.pool.concurrency, concurrency)
                 self.pool.concurrency = concurrency
+                self._woken = True
+                self._cond.notify_all()
+
+    def set_limits(self, limits: Limits) -> None:
+        with self._cond:
+            if limits != self.limits:
+                logger.info("kathikon: queue %s limits %s", self.queue, limits.as_options())
+                self.limits = limits
                 self._woken = True
                 self._cond.notify_all()
 
@@ -231,7 +249,12 @@ class Dispatcher:
         try:
             if self._suspect_orphans:
                 self._recover_orphans()
-            jobs = self.claim(self.queue, limit, self.node)
+            held_by = None
+            if self.limits:
+                claimed = claim_limited_jobs(self.queue, limit, self.node, self.limits)
+                jobs, held_by = claimed.jobs, claimed.held_by
+            else:
+                jobs = self.claim(self.queue, limit, self.node)
         except Exception as exc:
             self.failures += 1
             delay = failure_delay(self.failures, base=0.1, cap=10.0)
@@ -248,15 +271,32 @@ class Dispatcher:
             logger.info("kathikon: queue %s claims again after %d failure(s)", self.queue,
                         self.failures)
             self.failures = 0
+        if held_by is not None:
+            self._note_held(held_by)
         with self._cond:
             self._claiming = False
-            self._more = len(jobs) >= limit
-            self._adapt(self._more)
-            self._next_poll = self.clock() + self.poll_interval
+            self._more = len(jobs) >= limit or held_by is not None  # held: capacity frees
+            # No local buffer for a limited queue: a buffered job would hold capacity idle.
+            self._adapt(len(jobs) >= limit and not self.limits)
+            self._next_poll = self.clock() + (
+                min(self.poll_interval, HELD_POLL) if held_by else self.poll_interval)
             self.claimed += len(jobs)
             self.pool.take(jobs)  # with the claim's end: never idle in between
         self.pool.run(jobs)
         return len(jobs)
+
+    def _note_held(self, limit: str) -> None:
+        """Count a claim a limit held short; signal the counts at most once a second."""
+        now = self.clock()
+        self.held_claims += 1
+        if not self._held:
+            self._held_since = now
+        self._held[limit] = self._held.get(limit, 0) + 1
+        if now - self._held_since >= LIMITED_SIGNAL_EVERY or self.held_claims == 1:
+            held, self._held = self._held, {}
+            for name, count in held.items():
+                signals.send(signals.queue_limited, Queue, queue=self.queue, node=self.node,
+                             limit=name, claims=count, since=now - self._held_since)
 
     def _freed(self) -> None:
         """A slot freed (called by the pool, lock held): claim again if more jobs wait."""

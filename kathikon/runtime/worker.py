@@ -29,8 +29,10 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from kathikon import conf, signals, storage
 from kathikon.backoff import failure_delay
-from kathikon.exceptions import NotMigrated
+from kathikon.exceptions import InvalidQueue, NotMigrated
 from kathikon.executor import Execution
+from kathikon.limits import Limits
+from kathikon.limits import merged as merged_limits
 from kathikon.models import Node
 from kathikon.runtime import loop
 from kathikon.runtime.acker import Acker
@@ -177,9 +179,23 @@ class WorkerProcess:
             limits[name] = int(explicit or override or conf.concurrency(name))
         return limits
 
+    def _queue_flow(self, rows: Mapping[str, Any]) -> dict[str, Limits]:
+        """Queue name → its global, partition and rate limits: settings, then the row's
+        run-time override (a bad override is logged and ignored)."""
+        return {name: self._queue_flow_of(name, rows) for name in list(self.dispatchers)}
+
+    def _queue_flow_of(self, name: str, rows: Mapping[str, Any]) -> Limits:
+        override = getattr(rows.get(name), "limits", None)
+        try:
+            return merged_limits(conf.queue_config(name), override)
+        except InvalidQueue as exc:
+            logger.warning("kathikon: queue %s: ignoring the stored limits (%s)", name, exc)
+            return merged_limits(conf.queue_config(name), None)
+
     def _add_dispatcher(self, name: str, concurrency: int) -> None:
         dispatcher = Dispatcher(name, concurrency, self.node, self.acker,
                                 poll_interval=self.poll_interval)
+        dispatcher.limits = self._queue_flow_of(name, storage.queue_rows())
         with self._lock:
             self.dispatchers[name] = dispatcher
         dispatcher.start()
@@ -283,7 +299,8 @@ class WorkerProcess:
     def _refresh_queues(self) -> None:
         """Pick up queues added with ``start_queue`` and concurrency overrides of Queue rows."""
         try:
-            limits = self._queue_limits(storage.queue_rows())
+            rows = storage.queue_rows()
+            limits = self._queue_limits(rows)
         except Exception as exc:
             logger.warning("kathikon: reading queues failed (%s: %s)", type(exc).__name__, exc)
             storage.vendor.reset_connection()
@@ -299,6 +316,8 @@ class WorkerProcess:
                 dispatcher.set_concurrency(concurrency)
         if added:  # the ops summary and the overview read which queues live nodes serve
             _safely(lambda: storage.set_node_queues(self.node, limits), "recording the queues")
+        for name, flow in self._queue_flow(rows).items():
+            self.dispatchers[name].set_limits(flow)
 
     def _burst_done(self) -> bool:
         if not self._all_idle():

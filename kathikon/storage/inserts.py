@@ -74,7 +74,8 @@ def insert_job(row: JobRow) -> Job:
     """
     if row.unique_key is not None:
         with explain_missing_schema():
-            return uniques.insert_unique_job(row, row.replace)
+            return uniques.retrying_deadlocks(
+                lambda: uniques.insert_unique_job(row, row.replace))
     job = row.to_job()
     with explain_missing_schema():
         if vendor.is_postgres():
@@ -96,7 +97,13 @@ def insert_jobs(rows: Sequence[JobRow], chunk_size: int = 500) -> list[uuid.UUID
     keyed = [row for row in rows if row.unique_key is not None]
     if not keyed:
         return _insert_plain(rows, chunk_size)
-    with explain_missing_schema(), vendor.atomic():
+    with explain_missing_schema():
+        return uniques.retrying_deadlocks(lambda: _insert_keyed(rows, keyed, chunk_size))
+
+
+def _insert_keyed(rows: Sequence[JobRow], keyed: Sequence[JobRow],
+                  chunk_size: int) -> list[uuid.UUID]:
+    with vendor.atomic():
         _insert_plain([row for row in rows if row.unique_key is None], chunk_size)
         holders: dict[str, uuid.UUID] = {}
         by_replace: dict[tuple[str, ...], list[JobRow]] = {}

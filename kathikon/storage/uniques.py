@@ -15,10 +15,13 @@ unique states (the bits of ``unique_states``), NULL otherwise.
 
 from __future__ import annotations
 
+import random
+import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from django.db import OperationalError
 from django.db.models import Case, F, Value, When
 from django.db.models.lookups import GreaterThan
 
@@ -36,6 +39,8 @@ _REPLACE_WHEN = ", ".join(f"'{s}'" for s in (JobState.SCHEDULED, JobState.AVAILA
                                              JobState.RETRYABLE))
 _CONFLICT = "ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL"
 _ATTEMPTS = 5  # a key freed between the clash and the read: insert again (rare)
+_DEADLOCK_RETRIES = 20
+T = TypeVar("T")
 
 
 def key_after(state: str) -> Case:
@@ -50,6 +55,26 @@ def key_after_sql(state: str, table: str = "") -> str:
     prefix = f"{table}." if table else ""
     bit = STATE_BITS[state]
     return f"CASE WHEN {prefix}unique_states & {bit} <> 0 THEN {prefix}unique_key END"
+
+
+def retrying_deadlocks(action: Callable[[], T]) -> T:
+    """Run ``action`` (a whole transaction); on MariaDB retry it after an InnoDB deadlock.
+
+    Concurrent inserts of one key take shared then exclusive locks on it, which
+    InnoDB may resolve by rolling one transaction back. When Kathikon owns the
+    transaction it simply runs it again; inside the caller's transaction the
+    error is the caller's (the whole transaction was rolled back).
+    """
+    if vendor.vendor() != "mysql" or vendor.connection().in_atomic_block:
+        return action()
+    for attempt in range(_DEADLOCK_RETRIES):
+        try:
+            return action()
+        except OperationalError as exc:
+            if exc.args[0] not in (1205, 1213) or attempt == _DEADLOCK_RETRIES - 1:
+                raise
+            time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+    raise AssertionError("unreachable")
 
 
 def insert_unique_job(row: JobRow, replace: Sequence[str] = ()) -> Job:

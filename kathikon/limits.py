@@ -1,0 +1,102 @@
+"""Queue limits: global concurrency, partitioned concurrency and rate limits.
+
+    KATHIKON = {"QUEUES": {
+        "exports": {"concurrency": 10, "global_limit": 3},
+        "sync": {"concurrency": 20, "partition": {"by": "args.account_id", "limit": 1}},
+        "api": {"concurrency": 5, "rate_limit": {"allowed": 60, "period": 60}},
+    }}
+
+``concurrency`` is per node; these hold across every node and process, enforced
+in the claim (``kathikon.storage.limited``). A queue row may override them at
+run time (``kathikon.set_queue_limits``). This module is pure: parsing and
+validation only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kathikon.exceptions import InvalidQueue
+
+LIMIT_KEYS = ("global_limit", "partition", "rate_limit")
+_ARG_KEY = re.compile(r"\Aargs\.[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits of one queue; every field ``None`` means unlimited (the fast claim path)."""
+
+    global_limit: int | None = None
+    partition_by: str | None = None  # "worker" or "args.<key>"
+    partition_limit: int | None = None
+    rate_allowed: int | None = None
+    rate_period: float | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.global_limit or self.partition_by or self.rate_allowed)
+
+    @property
+    def partition_arg(self) -> str | None:
+        """The args key partitions are read from, or None (by worker, or not partitioned)."""
+        if self.partition_by and self.partition_by.startswith("args."):
+            return self.partition_by[5:]
+        return None
+
+    def as_options(self) -> dict[str, Any]:
+        """The settings form (``global_limit``, ``partition``, ``rate_limit``) of these limits."""
+        options: dict[str, Any] = {"global_limit": self.global_limit, "partition": None,
+                                   "rate_limit": None}
+        if self.partition_by:
+            options["partition"] = {"by": self.partition_by, "limit": self.partition_limit}
+        if self.rate_allowed:
+            options["rate_limit"] = {"allowed": self.rate_allowed, "period": self.rate_period}
+        return options
+
+
+def parse(options: dict[str, Any]) -> Limits:
+    """``Limits`` from a queue's options; ``InvalidQueue`` saying what is wrong."""
+    global_limit = options.get("global_limit")
+    if global_limit is not None and not _positive_int(global_limit):
+        raise InvalidQueue(f"global_limit must be an int >= 1 or None, not {global_limit!r}")
+    partition = options.get("partition")
+    by = limit = None
+    if partition is not None:
+        if not isinstance(partition, dict) or set(partition) - {"by", "limit"}:
+            raise InvalidQueue('partition must be {"by": "worker" or "args.<key>", '
+                               f'"limit": n}}, not {partition!r}')
+        by, limit = partition.get("by"), partition.get("limit", 1)
+        if not (by == "worker" or (isinstance(by, str) and _ARG_KEY.match(by))):
+            raise InvalidQueue(f"partition by must be 'worker' or 'args.<key>' (a name of "
+                               f"letters, digits and '_'), not {by!r}")
+        if not _positive_int(limit):
+            raise InvalidQueue(f"partition limit must be an int >= 1, not {limit!r}")
+    rate = options.get("rate_limit")
+    allowed = period = None
+    if rate is not None:
+        if not isinstance(rate, dict) or set(rate) - {"allowed", "period"}:
+            raise InvalidQueue('rate_limit must be {"allowed": n, "period": seconds}, '
+                               f"not {rate!r}")
+        allowed, period = rate.get("allowed"), rate.get("period", 1)
+        if not _positive_int(allowed):
+            raise InvalidQueue(f"rate_limit allowed must be an int >= 1, not {allowed!r}")
+        if (isinstance(period, bool) or not isinstance(period, (int, float))
+                or not math.isfinite(period) or period < 0.01 or period > 86400):
+            raise InvalidQueue(f"rate_limit period must be seconds in 0.01..86400, "
+                               f"not {period!r}")
+        period = float(period)
+    return Limits(global_limit=global_limit, partition_by=by, partition_limit=limit,
+                  rate_allowed=allowed, rate_period=period)
+
+
+def merged(settings: dict[str, Any], override: dict[str, Any] | None) -> Limits:
+    """The settings' limits with a queue row's run-time override on top (key by key)."""
+    options = {key: settings.get(key) for key in LIMIT_KEYS}
+    options.update({key: value for key, value in (override or {}).items() if key in LIMIT_KEYS})
+    return parse(options)
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

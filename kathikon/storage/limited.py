@@ -1,0 +1,219 @@
+"""Internal: claiming from a queue with limits (global, partitioned, rate) — no leader.
+
+Queues without limits keep the one-statement claim of ``claims.py``. A limited
+queue's claim is one short transaction that first locks the queue's row
+(``SELECT … FOR UPDATE``; SQLite's single writer already serialises it), so the
+limited claims of one queue run one at a time across every node, and each sees
+what the previous one committed:
+
+1. ``global_limit``: the free slots are the limit minus the queue's claimed and
+   running jobs (counted on the ``(queue, state)`` index).
+2. ``rate_limit``: the budget left in the current fixed window, kept on the
+   queue row (``rate_window``, ``rate_count``) and advanced in the same
+   transaction — no scan of history.
+3. ``partition``: due jobs are ranked per partition key (``ROW_NUMBER()``),
+   and a partition takes at most its limit minus its executing jobs; full
+   partitions are filtered out before the candidate window, so they never
+   hide the jobs of other partitions.
+
+The claim takes the smallest of the node's free slots and those budgets. Acks
+need no lock: finishing a job only ever frees capacity.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import F
+
+from kathikon.limits import Limits
+from kathikon.models import Job, Queue
+from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
+from kathikon.storage import vendor
+from kathikon.storage.uniques import key_after
+
+_CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
+_EXECUTING_SQL = ", ".join(f"'{s}'" for s in EXECUTING_STATES)
+CANDIDATES = 1000  # due jobs ranked per partitioned claim (full partitions excluded first)
+
+
+@dataclass(slots=True)
+class Claimed:
+    """What a limited claim took, and which limit (if any) held it short of the request."""
+
+    jobs: list[Job]
+    held_by: str | None = None  # "global_limit" | "rate_limit" | "partition" | None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A queue's use of its limits right now (for the admin and ``kathikon_ops``)."""
+
+    executing: int
+    partitions: dict[str, int]  # partition key → executing jobs (partitioned queues)
+    rate_used: int
+    rate_window: dt.datetime | None
+
+
+def claim_limited_jobs(queue: str, limit: int, node: str, limits: Limits, *,
+                       into: str = JobState.RUNNING, now: dt.datetime | None = None) -> Claimed:
+    """Claim up to ``limit`` due jobs of ``queue`` within ``limits`` (see the module)."""
+    if limit <= 0:
+        return Claimed([])
+    for _ in range(3):
+        with vendor.atomic():
+            row = _lock_queue(queue)
+            if row is not None:
+                return _claim_locked(row, limit, node, limits, into, now)
+        # Created in its own transaction: creating it inside the claim's (several claimers
+        # at once) would deadlock on MariaDB, each holding a shared lock from the clash.
+        Queue.objects.using(vendor.alias()).get_or_create(name=queue)
+    raise RuntimeError(f"queue row {queue!r} vanished while claiming")
+
+
+def _claim_locked(row: Queue, limit: int, node: str, limits: Limits, into: str,
+                  now: dt.datetime | None) -> Claimed:
+    """The claim, inside the transaction holding the queue row's lock."""
+    queue, using = row.name, vendor.alias()
+    if row.paused:
+        return Claimed([])
+    clock = now or vendor.db_now()
+    budget, held_by = limit, None
+    if limits.global_limit:
+        executing = _jobs().filter(queue=queue, state__in=EXECUTING_STATES).count()
+        if limits.global_limit - executing < budget:
+            budget, held_by = max(0, limits.global_limit - executing), "global_limit"
+    window, used = None, 0
+    if limits.rate_allowed and limits.rate_period:
+        window = window_start(clock, limits.rate_period)
+        used = row.rate_count if row.rate_window == window else 0
+        if limits.rate_allowed - used < budget:
+            budget, held_by = max(0, limits.rate_allowed - used), "rate_limit"
+    if budget <= 0:
+        return Claimed([], held_by if _any_due(queue, clock) else None)
+    ids = _pick(queue, budget, limits, clock)
+    if len(ids) >= limit:
+        held_by = None
+    elif held_by or limits.partition_by:  # short: a limit, or just no more due jobs?
+        held_by = (held_by or "partition") if _any_due(queue, clock, besides=ids) else None
+    if not ids:
+        return Claimed([], held_by)
+    _jobs().filter(id__in=ids).update(
+        state=into, attempts=F("attempts") + 1, started_at=clock, attempted_by=node,
+        lease=F("lease") + 1, unique_key=key_after(into))
+    if window is not None:
+        Queue.objects.using(using).filter(name=queue).update(
+            rate_window=window, rate_count=used + len(ids))
+    jobs = list(_jobs().filter(id__in=ids))
+    jobs.sort(key=lambda job: (-job.priority, job.available_at))
+    return Claimed(jobs, held_by)
+
+
+def window_start(clock: dt.datetime, period: float) -> dt.datetime:
+    """The start of the fixed window holding ``clock``: windows are aligned to the epoch, so
+    every node computes the same ones."""
+    start = math.floor(clock.timestamp() / period) * period
+    return dt.datetime.fromtimestamp(start, tz=dt.timezone.utc)
+
+
+def queue_usage(queue: str, limits: Limits, now: dt.datetime | None = None) -> Usage:
+    """How much of its limits ``queue`` uses now: executing jobs, per partition, rate window."""
+    executing = _jobs().filter(queue=queue, state__in=EXECUTING_STATES).count()
+    partitions: dict[str, int] = {}
+    if limits.partition_by:
+        sql = (f"SELECT {_partition_sql(limits)}, COUNT(*) FROM kathikon_job "
+               f"WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY 1")
+        with vendor.connection().cursor() as cursor:
+            cursor.execute(sql, [queue])
+            partitions = {str(key): int(count) for key, count in cursor.fetchall()}
+    row = Queue.objects.using(vendor.alias()).filter(name=queue).first()
+    used, window = 0, None
+    if row is not None and limits.rate_allowed and limits.rate_period:
+        window = window_start(now or vendor.db_now(), limits.rate_period)
+        used = row.rate_count if row.rate_window == window else 0
+    return Usage(executing=executing, partitions=partitions, rate_used=used, rate_window=window)
+
+
+def _jobs() -> Any:
+    return Job.objects.using(vendor.alias())
+
+
+def _lock_queue(queue: str) -> Queue | None:
+    """The queue's row, locked for this transaction; None if it does not exist."""
+    rows = Queue.objects.using(vendor.alias())
+    query = rows if vendor.vendor() == "sqlite" else rows.select_for_update()
+    return query.filter(name=queue).first()
+
+
+def _any_due(queue: str, clock: dt.datetime, besides: list[uuid.UUID] | None = None) -> bool:
+    query = _jobs().filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=clock)
+    if besides:
+        query = query.exclude(id__in=besides)
+    return bool(query.exists())
+
+
+def _pick(queue: str, budget: int, limits: Limits, clock: dt.datetime) -> list[uuid.UUID]:
+    """Up to ``budget`` due ids in claim order, locked (other lockers skipped)."""
+    if limits.partition_by:
+        ids = _rank_partitions(queue, budget, limits, clock)
+        if not ids:
+            return []
+        query = _jobs().filter(id__in=ids, state__in=CLAIMABLE_STATES)
+        if vendor.vendor() != "sqlite":
+            query = query.select_for_update(skip_locked=True)
+        locked = set(query.values_list("id", flat=True))
+        return [pk for pk in ids if pk in locked]
+    query = (_jobs().filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=clock)
+             .order_by("-priority", "available_at"))
+    if vendor.vendor() != "sqlite":
+        query = query.select_for_update(skip_locked=True)
+    return list(query.values_list("id", flat=True)[:budget])
+
+
+def _partition_sql(limits: Limits) -> str:
+    """The partition key of a job row as SQL (NULL keys form the partition '')."""
+    key = limits.partition_arg
+    if key is None:
+        return "worker"
+    kind = vendor.vendor()
+    if kind == "postgresql":
+        return f"COALESCE(args->>'{key}', '')"
+    if kind == "sqlite":
+        return f"COALESCE(CAST(json_extract(args, '$.{key}') AS TEXT), '')"
+    return f"COALESCE(JSON_UNQUOTE(JSON_EXTRACT(args, '$.{key}')), '')"
+
+
+def _rank_partitions(queue: str, budget: int, limits: Limits,
+                     clock: dt.datetime) -> list[uuid.UUID]:
+    part = _partition_sql(limits)
+    per = int(limits.partition_limit or 1)
+    sql = f"""
+    SELECT c.id FROM (
+        SELECT id, priority, available_at, p,
+               ROW_NUMBER() OVER (PARTITION BY p ORDER BY priority DESC, available_at) AS rn
+        FROM (SELECT id, priority, available_at, {part} AS p FROM kathikon_job
+              WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %s
+                AND {part} NOT IN (
+                    SELECT {part} FROM kathikon_job
+                    WHERE queue = %s AND state IN ({_EXECUTING_SQL})
+                    GROUP BY {part} HAVING COUNT(*) >= %s)
+              ORDER BY priority DESC, available_at
+              LIMIT {CANDIDATES}) AS due
+    ) AS c
+    LEFT JOIN (SELECT {part} AS p, COUNT(*) AS n FROM kathikon_job
+               WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY {part}) AS r
+      ON r.p = c.p
+    WHERE c.rn <= %s - COALESCE(r.n, 0)
+    ORDER BY c.priority DESC, c.available_at
+    LIMIT %s
+    """
+    connection = vendor.connection()
+    stamp = connection.ops.adapt_datetimefield_value(clock)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [queue, stamp, queue, per, queue, per, budget])
+        return [pk if isinstance(pk, uuid.UUID) else uuid.UUID(pk)
+                for (pk,) in cursor.fetchall()]

@@ -1,0 +1,90 @@
+"""Global, partitioned and rate limits with real ``kathikon_worker`` processes."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kathikon
+from kathikon import storage
+from kathikon.models import Job
+from kathikon.storage.limited import window_start
+from tests.runtime.conftest import wait_until
+from tests.runtime.limits_workers import Timed, max_overlap, spans
+
+pytestmark = pytest.mark.slow
+
+
+def settings(queue: dict[str, Any]) -> dict[str, Any]:
+    return {"QUEUES": {"flow": queue}, "POLL_INTERVAL": 0.2, "HEARTBEAT_INTERVAL": 1,
+            "SCHEDULER_INTERVAL": 0.5}
+
+
+def run_all(worker_processes: Any, processes: int, queue: dict[str, Any], total: int,
+            timeout: float) -> None:
+    workers = worker_processes.start_many(processes, settings=settings(queue))
+    for worker in workers:
+        worker.wait_for_log(f"kathikon worker {worker.args[-1]} running", timeout=60)
+    wait_until(lambda: storage.count_by_state("flow")["completed"] == total, timeout=timeout,
+               interval=0.2, message=f"{total} jobs to complete")
+
+
+def throughput(rows: list[tuple[str, str, float, float]]) -> float:
+    return len(rows) / (max(row[3] for row in rows) - min(row[2] for row in rows))
+
+
+def test_four_processes_never_run_more_than_the_global_limit(worker_processes: Any,
+                                                              tmp_path: Path):
+    log, seconds, total = tmp_path / "spans", 0.5, 36
+    kathikon.insert_many([(Timed, {"log": str(log), "seconds": seconds}, {"queue": "flow"})
+                          for _ in range(total)])
+    run_all(worker_processes, 4, {"concurrency": 10, "global_limit": 3}, total, timeout=90)
+    rows = spans(log)
+    assert len(rows) == total
+    assert max_overlap([(start, end) for _, _, start, end in rows]) == 3
+    rate = throughput(rows)
+    print(f"global_limit 3, {seconds}s jobs: {rate:.2f} jobs/s (ideal {3 / seconds:.2f})")
+    assert rate >= 0.7 * 3 / seconds
+    assert len({job.attempted_by for job in Job.objects.filter(queue="flow")}) >= 2
+
+
+def test_a_thousand_jobs_over_twenty_accounts_one_at_a_time_each(worker_processes: Any,
+                                                                 tmp_path: Path):
+    log, seconds, total = tmp_path / "spans", 0.2, 1000
+    kathikon.insert_many([(Timed, {"log": str(log), "seconds": seconds, "account": i % 20},
+                           {"queue": "flow"}) for i in range(total)])
+    queue = {"concurrency": 15, "partition": {"by": "args.account", "limit": 1}}
+    run_all(worker_processes, 3, queue, total, timeout=240)
+    rows = spans(log)
+    assert len(rows) == total
+    by_account: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for _, account, start, end in rows:
+        by_account[account].append((start, end))
+    assert len(by_account) == 20
+    assert {account: max_overlap(spans_) for account, spans_ in by_account.items()} == {
+        account: 1 for account in by_account}
+    rate = throughput(rows)
+    print(f"20 accounts x 1, {seconds}s jobs: {rate:.1f} jobs/s (ideal {20 / seconds:.0f})")
+    assert max_overlap([(start, end) for _, _, start, end in rows]) >= 15  # in parallel
+    assert rate >= 0.6 * 20 / seconds
+
+
+def test_ten_per_second_over_three_processes(worker_processes: Any, tmp_path: Path):
+    log, total = tmp_path / "spans", 130
+    kathikon.insert_many([(Timed, {"log": str(log), "seconds": 0.02}, {"queue": "flow"})
+                          for _ in range(total)])
+    queue = {"concurrency": 10, "rate_limit": {"allowed": 10, "period": 1}}
+    run_all(worker_processes, 3, queue, total, timeout=60)
+    starts = sorted(job.started_at for job in Job.objects.filter(queue="flow"))
+    per_window = Counter(window_start(at, 1.0) for at in starts)
+    assert max(per_window.values()) <= 10  # the limiter's own clock: started_at
+    full = sorted(per_window)[1:-1]  # the first and last windows are partial
+    counts = [per_window[window] for window in full]
+    rate = sum(counts) / len(counts)
+    print(f"rate 10/s: {rate:.2f} starts/s over {len(counts)} full windows")
+    assert len(counts) >= 10
+    assert rate >= 9.0
+    assert len({job.attempted_by for job in Job.objects.filter(queue="flow")}) >= 2
