@@ -37,6 +37,10 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], Any], Callable[[Any], b
      lambda r: _get(r, "backlog", "explain", "uses_claim_index"), bool),
     ("worker memory", "RSS grows < 10% over the drained jobs",
      lambda r: _get(r, "backlog", "large", "rss_growth"), lambda v: v < 0.10),
+    ("unique insert cost", "≤ 1.5x a plain insert (same run)",
+     lambda r: _get(r, "flow", "unique_cost"), lambda v: v <= 1.5),
+    ("drain, unreached global_limit", "≥ 80% of an unlimited drain (same run)",
+     lambda r: _get(r, "flow", "limited_ratio"), lambda v: v >= 0.8),
 ]
 
 
@@ -117,8 +121,10 @@ def _measured(name: str, value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if name == "large backlog drain":
+    if name in ("large backlog drain", "drain, unreached global_limit"):
         return f"{value:.0%}"
+    if name == "unique insert cost":
+        return f"{value:.2f}x"
     if name == "worker memory":
         return f"{value:+.1%}"
     if "latency" in name:
@@ -173,6 +179,15 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("worker RSS, warm → end", _rss),
     ("filling the large backlog with insert_many (jobs/s)",
      lambda r: _rate(_get(r, "backlog", "fill", "rate"))),
+    ("flow: unique insert vs plain insert (jobs/s)",
+     lambda r: "-" if _get(r, "flow", "unique_cost") is None else
+     f"{_rate(_get(r, 'flow', 'insert_unique'))} vs {_rate(_get(r, 'flow', 'insert_plain'))}"
+     f" ({_get(r, 'flow', 'unique_cost'):.2f}x)"),
+    ("flow: drain with an unreached global_limit vs unlimited, 1 worker (jobs/s)",
+     lambda r: "-" if _get(r, "flow", "limited_ratio") is None else
+     f"{_rate(_get(r, 'flow', 'drain_global_limit', 'rate'))} vs "
+     f"{_rate(_get(r, 'flow', 'drain_unlimited', 'rate'))} "
+     f"({_get(r, 'flow', 'limited_ratio'):.0%})"),
 ]
 
 

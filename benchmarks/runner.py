@@ -23,7 +23,7 @@ from typing import Any
 from benchmarks import dbs
 from benchmarks.procs import Workers, tree_cpu_seconds, tree_rss_kib
 
-PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog")
+PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "flow")
 
 # Sizes per (database, mode). PostgreSQL gets the full figures; MariaDB and SQLite a
 # reduced set (smaller N), labelled as such in the report.
@@ -211,6 +211,51 @@ def phase_drain(size: dict[str, Any], progress: Progress, log_dir: Path,
     return out
 
 
+def phase_flow(size: dict[str, Any], progress: Progress, log_dir: Path,
+               **_: Any) -> dict[str, Any]:
+    """What flow control costs, each against its plain twin in the same run, back to back.
+
+    ``insert`` of unique jobs (distinct args: every insert takes a new key) vs plain
+    jobs, alternating reps; then a 1-process drain of the default queue with a
+    ``global_limit`` it never reaches (the limited claim) vs without one.
+    """
+    import kathikon
+    from benchmarks.workers import NoopWorker
+
+    n = size["single"]
+    rates: dict[str, list[float]] = {"plain": [], "unique": []}
+    for rep in range(size["single_reps"]):
+        for kind in ("plain", "unique"):
+            dbs.reset()
+            unique = True if kind == "unique" else None
+            started = time.perf_counter()
+            for i in range(n):
+                kathikon.insert(NoopWorker, {"i": i}, unique=unique)
+                if i % 500 == 0:
+                    progress(f"flow: {kind} insert rep {rep + 1}: {i:,}/{n:,}")
+            rates[kind].append(n / (time.perf_counter() - started))
+    plain, unique = statistics.median(rates["plain"]), statistics.median(rates["unique"])
+    progress(f"flow: unique insert {unique:,.0f} jobs/s vs plain {plain:,.0f} "
+             f"(cost {plain / unique:.2f}x)", final=True)
+    drains = {}
+    for kind in ("unlimited", "global_limit"):
+        dbs.reset()
+        fill(size["drain"], size["fill_call"])
+        dbs.settle_table()
+        kathikon.set_queue_limits("default", reset=True,
+                                  **({"global_limit": 1_000_000} if kind != "unlimited" else {}))
+        drains[kind] = _drain(size["drain"], 1, size, progress, log_dir,
+                              f"flow: drain, {kind.replace('_', ' ')}", prefilled=True)
+    kathikon.set_queue_limits("default", reset=True)
+    dbs.reset()
+    ratio = drains["global_limit"]["rate"] / drains["unlimited"]["rate"]
+    progress(f"flow: drain with an unreached global_limit at {ratio:.0%} of unlimited",
+             final=True)
+    return {"insert_plain": plain, "insert_unique": unique, "insert_rates": rates,
+            "unique_cost": plain / unique, "drain_unlimited": drains["unlimited"],
+            "drain_global_limit": drains["global_limit"], "limited_ratio": ratio}
+
+
 def phase_latency(size: dict[str, Any], progress: Progress, log_dir: Path,
                   **_: Any) -> dict[str, Any]:
     """Pickup latency with an idle worker: jobs 50 ms apart record their start time."""
@@ -373,6 +418,7 @@ def explain_claim() -> dict[str, Any]:
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "enqueue": phase_enqueue, "bulk": phase_bulk, "storage": phase_storage,
     "drain": phase_drain, "latency": phase_latency, "backlog": phase_backlog,
+    "flow": phase_flow,
 }
 
 

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         resume_queue,
         retry,
         schedule,
+        set_queue_limits,
         start_queue,
         status,
     )
@@ -69,7 +70,7 @@ _LAZY = {
     **{name: "kathikon.api" for name in (
         "InsertResult", "all", "cancel", "claim", "claim_available", "dead_jobs", "fetch",
         "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue", "retry",
-        "schedule", "start_queue", "status",
+        "schedule", "set_queue_limits", "start_queue", "status",
     )},
     **{name: "kathikon.aapi" for name in (
         "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch", "ahistory",
@@ -108,5 +109,5 @@ __all__ = [
     "aschedule", "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim",
     "claim_available", "complete", "complete_in_transaction", "cron", "dead_jobs", "discard",
     "fail", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue",
-    "retry", "schedule", "snooze", "start_queue", "status",
+    "retry", "schedule", "set_queue_limits", "snooze", "start_queue", "status",
 ]

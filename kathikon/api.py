@@ -13,8 +13,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kathikon import conf, signals, storage
-from kathikon.exceptions import InvalidJob, KathikonError
+from kathikon.exceptions import InvalidJob, InvalidQueue, KathikonError
 from kathikon.jobspec import InsertResult, build_row, checked_delay, unpack_spec, worker_class
+from kathikon.limits import LIMIT_KEYS
+from kathikon.limits import merged as merged_limits
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
 
@@ -174,6 +176,27 @@ def resume_queue(name: str) -> None:
         signals.send(signals.queue_resumed, Queue, queue=name)
 
 
+def set_queue_limits(name: str, *, reset: bool = False, **limits: Any) -> dict[str, Any]:
+    """Change ``name``'s global_limit, partition or rate_limit at run time, on every node.
+
+    Each given key overrides the settings (``None`` = unlimited); keys not given keep
+    their current override; ``reset=True`` drops every override first. Persisted on the
+    queue's row; workers pick it up within ``POLL_INTERVAL``. Returns the effective
+    limits; ``InvalidQueue`` (nothing changed) on a bad name, key or value.
+    """
+    storage.queues.validate_name(name)
+    unknown = set(limits) - set(LIMIT_KEYS)
+    if unknown:
+        raise InvalidQueue(f"unknown limit {sorted(unknown)[0]!r}: use "
+                           f"{', '.join(LIMIT_KEYS)}")
+    row = storage.queue_rows().get(name)
+    override = {} if reset or row is None else dict(row.limits or {})
+    override.update(limits)
+    effective = merged_limits(conf.queue_config(name), override)  # validates
+    storage.queues.set_limits(name, override or None)
+    return effective.as_options()
+
+
 def schedule(worker: Any, args: dict[str, Any] | None = None, *, at: dt.datetime | None = None,
              in_seconds: float | None = None, cron: str | None = None, **options: Any) -> str:
     """Run once ``at`` a time or ``in_seconds``, or on a ``cron`` expression.
@@ -213,5 +236,5 @@ def _sender(job: Job) -> type:
 __all__ = [
     "InsertResult", "all", "cancel", "claim", "claim_available", "dead_jobs", "fetch",
     "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue", "retry",
-    "schedule", "start_queue", "status",
+    "schedule", "set_queue_limits", "start_queue", "status",
 ]

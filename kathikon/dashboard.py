@@ -160,6 +160,13 @@ def resume_queue(name: str, *, allow_destructive: bool | None = None) -> None:
     kathikon.resume_queue(name)
 
 
+def set_queue_limits(name: str, *, reset: bool = False, allow_destructive: bool | None = None,
+                     **limits: Any) -> dict[str, Any]:
+    """Change a queue's flow limits on every node (see ``kathikon.set_queue_limits``)."""
+    _require(allow_destructive, "changing a queue's limits")
+    return kathikon.set_queue_limits(name, reset=reset, **limits)
+
+
 def pause_all(*, allow_destructive: bool | None = None) -> list[str]:
     """Pause every known queue (configured or with a row); returns their names."""
     _require(allow_destructive, "pausing all queues")

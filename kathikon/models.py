@@ -11,8 +11,11 @@ import datetime as dt
 from django.db import models
 from django.db.models import Q
 
+from kathikon.exceptions import InvalidQueue
 from kathikon.ids import new_id
 from kathikon.indexes import PartialIndex, PartialUniqueConstraint
+from kathikon.limits import LIMIT_KEYS
+from kathikon.limits import parse as parse_limits
 from kathikon.states import CLAIMABLE_STATES, TERMINAL_STATES, JobState
 
 __all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue"]
@@ -167,6 +170,20 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """The admin's check of a limits override: known keys with valid values."""
+        from django.core.exceptions import ValidationError
+
+        if self.limits is None:
+            return
+        if not isinstance(self.limits, dict) or set(self.limits) - set(LIMIT_KEYS):
+            raise ValidationError({"limits": f"a dict with some of {', '.join(LIMIT_KEYS)}, "
+                                             "e.g. {\"global_limit\": 3}"})
+        try:
+            parse_limits(self.limits)
+        except InvalidQueue as exc:
+            raise ValidationError({"limits": str(exc)}) from None
 
 
 class Node(models.Model):

@@ -18,9 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kathikon import conf
+from kathikon.exceptions import InvalidQueue
+from kathikon.limits import Limits
+from kathikon.limits import merged as merged_limits
 from kathikon.states import JobState
+from kathikon.storage import limited, reports, vendor
 from kathikon.storage import queues as queue_storage
-from kathikon.storage import reports, vendor
 
 __all__ = ["FailureSummary", "QueueSummary", "ThroughputPoint", "failure_summary",
            "queue_summary", "served_queues", "throughput"]
@@ -49,6 +52,12 @@ class QueueSummary:
     configured: bool = True
     served: bool = True
     estimated: tuple[str, ...] = ()
+    #: Effective flow limits (global_limit, partition, rate_limit; None = unlimited), the
+    #: executing jobs per partition key (partitioned queues) and the starts left in the
+    #: current rate window (rate-limited queues).
+    limits: dict[str, Any] = field(default_factory=dict)
+    partitions: dict[str, int] = field(default_factory=dict)
+    rate_left: int | None = None
 
     def count_text(self, state: str) -> str:
         """A state's count for display: ``≈`` marks an estimate (see ``count_cap``)."""
@@ -61,11 +70,29 @@ class QueueSummary:
         return "paused" if self.paused else "running" if self.served else "unserved"
 
     @property
+    def limits_text(self) -> str:
+        """The limits and their use in a few words ("" when unlimited)."""
+        parts = []
+        executing = self.counts.get("claimed", 0) + self.counts.get("running", 0)
+        if self.limits.get("global_limit"):
+            parts.append(f"global {executing}/{self.limits['global_limit']}")
+        partition = self.limits.get("partition")
+        if partition:
+            full = sum(1 for n in self.partitions.values() if n >= partition["limit"])
+            parts.append(f"{partition['limit']} per {partition['by']} "
+                         f"({len(self.partitions)} busy, {full} full)")
+        rate = self.limits.get("rate_limit")
+        if rate:
+            parts.append(f"rate {self.rate_left} left of {rate['allowed']}/{rate['period']:g}s")
+        return "; ".join(parts)
+
+    @property
     def total(self) -> int:
         return sum(self.counts.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total": self.total, "status": self.status}
+        return {**asdict(self), "total": self.total, "status": self.status,
+                "limits_text": self.limits_text}
 
 
 @dataclass(frozen=True)
@@ -100,7 +127,8 @@ def queue_summary(now: dt.datetime | None = None, *,
     finished jobs. With ``count_cap`` (PostgreSQL; the admin uses 10,000) each
     (queue, state) is counted up to the cap and larger counts are the planner's
     estimates, listed in ``QueueSummary.estimated``: the cost then no longer grows
-    with the table (plus one ``EXPLAIN`` per estimated count).
+    with the table (plus one ``EXPLAIN`` per estimated count). A partitioned queue adds
+    one GROUP BY of its executing jobs per partition key.
     """
     now = now or vendor.now()
     rows = queue_storage.queue_rows()
@@ -126,6 +154,8 @@ def queue_summary(now: dt.datetime | None = None, *,
         done = finished.get((name, JobState.COMPLETED), {})
         dead = finished.get((name, JobState.DEAD), {})
         override = queue_row.concurrency if queue_row is not None else None
+        flow = _limits(configured.get(name, {}), queue_row)
+        rate_used, _ = limited.rate_use(queue_row, flow, now)
         summaries.append(QueueSummary(
             name=name,
             paused=bool(queue_row and queue_row.paused),
@@ -139,8 +169,18 @@ def queue_summary(now: dt.datetime | None = None, *,
             configured=name in configured,
             served=name in served,
             estimated=tuple(sorted(estimated.get(name, ()))),
+            limits=flow.as_options() if flow else {},
+            partitions=limited.partition_use(name, flow),
+            rate_left=(flow.rate_allowed - rate_used) if flow.rate_allowed else None,
         ))
     return summaries
+
+
+def _limits(settings: dict[str, Any], row: Any) -> Limits:
+    try:
+        return merged_limits(settings, getattr(row, "limits", None))
+    except InvalidQueue:  # a bad stored override: the worker ignores it too
+        return merged_limits(settings, None)
 
 
 def served_queues() -> set[str]:

@@ -283,3 +283,25 @@ def test_keys_freed_under_concurrency_let_exactly_one_new_job_in():
     got = _hammer(insert_one, total=400)
     second = Job.objects.exclude(pk=first.id).get()
     assert set(got) == {second.id.hex}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unique_inserts_wake_workers_only_when_a_job_was_inserted(postgres_only):
+    import psycopg
+
+    settings = connection.settings_dict
+    listener = psycopg.connect(host=settings["HOST"], port=settings["PORT"],
+                               user=settings["USER"], dbname=settings["NAME"], autocommit=True)
+    try:
+        listener.execute("LISTEN kathikon")
+        kathikon.insert(workers.SyncAccount, {"account_id": 1}, queue="one")
+        kathikon.insert_many([(workers.SyncAccount, {"account_id": 2}, {"queue": "many"}),
+                              (workers.SyncAccount, {"account_id": 3}, {"queue": "many"})])
+        first = sorted(n.payload for n in listener.notifies(timeout=0.5))
+        kathikon.insert(workers.SyncAccount, {"account_id": 1}, queue="one")
+        kathikon.insert_many([(workers.SyncAccount, {"account_id": 2}, {"queue": "many"})])
+        again = [n.payload for n in listener.notifies(timeout=0.5)]
+    finally:
+        listener.close()
+    assert first == ["available many", "available one"]
+    assert again == []

@@ -1,4 +1,4 @@
-"""Internal: the queue admin — counts, pause/resume, concurrency overrides."""
+"""Internal: the queue admin — counts, pause/resume, concurrency and limits overrides."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from kathikon.models import Queue
 @admin.register(Queue)
 class QueueAdmin(ActionsMixin):
     actions = ["pause_queues", "resume_queues"]
-    fields = ("name", "paused", "concurrency")
+    fields = ("name", "paused", "concurrency", "limits")
     readonly_fields = ("name", "paused")
     Media = KathikonMedia
 
@@ -87,6 +87,7 @@ class QueueAdmin(ActionsMixin):
                    else badge("running", "#2da44e") if s.served
                    else badge("not served", "#d4761c", "not served by any live worker")),
             column("concurrency", lambda s: s.concurrency),
+            column("limits (in use)", lambda s: s.limits_text or "—"),
             column("available", lambda s: s.count_text("available")),
             column("scheduled", lambda s: s.count_text("scheduled")),
             column("executing", lambda s: s.counts["claimed"] + s.counts["running"]),

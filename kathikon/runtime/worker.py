@@ -384,9 +384,14 @@ class WorkerProcess:
 
     def _settled(self, executions: list[Execution]) -> None:
         """After each ack batch: log outcomes (successes at DEBUG, failures with the time of
-        the next attempt at WARNING), wake dispatchers for retries coming due."""
+        the next attempt at WARNING), wake dispatchers for retries coming due, and those of
+        limited queues (the acks just freed global or partition capacity)."""
         soon = dt.timedelta(seconds=self.poll_interval)
         now = None
+        for queue in {execution.job.queue for execution in executions if execution.written}:
+            limited = self.dispatchers.get(queue)
+            if limited is not None and limited.limits:
+                limited.wake()
         for execution in executions:
             if not execution.written:
                 continue

@@ -34,7 +34,9 @@ from kathikon.limits import Limits
 from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
-from kathikon.storage.uniques import key_after
+from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
+from kathikon.storage.uniques import key_after, key_after_sql
+from kathikon.unique import holds
 
 _CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 _EXECUTING_SQL = ", ".join(f"'{s}'" for s in EXECUTING_STATES)
@@ -65,10 +67,15 @@ def claim_limited_jobs(queue: str, limit: int, node: str, limits: Limits, *,
     if limit <= 0:
         return Claimed([])
     for _ in range(3):
-        with vendor.atomic():
-            row = _lock_queue(queue)
-            if row is not None:
-                return _claim_locked(row, limit, node, limits, into, now)
+        if vendor.is_postgres() and not limits.partition_by:
+            claimed = _claim_postgres(queue, limit, node, limits, into, now)
+            if claimed is not None:
+                return claimed
+        else:
+            with vendor.atomic():
+                row = _lock_queue(queue)
+                if row is not None:
+                    return _claim_locked(row, limit, node, limits, into, now)
         # Created in its own transaction: creating it inside the claim's (several claimers
         # at once) would deadlock on MariaDB, each holding a shared lock from the clash.
         Queue.objects.using(vendor.alias()).get_or_create(name=queue)
@@ -95,20 +102,94 @@ def _claim_locked(row: Queue, limit: int, node: str, limits: Limits, into: str,
             budget, held_by = max(0, limits.rate_allowed - used), "rate_limit"
     if budget <= 0:
         return Claimed([], held_by if _any_due(queue, clock) else None)
-    ids = _pick(queue, budget, limits, clock)
-    if len(ids) >= limit:
+    jobs, more = _pick(queue, budget, limits, clock)
+    if len(jobs) >= limit:
         held_by = None
     elif held_by or limits.partition_by:  # short: a limit, or just no more due jobs?
-        held_by = (held_by or "partition") if _any_due(queue, clock, besides=ids) else None
-    if not ids:
+        if more is None:
+            more = _any_due(queue, clock, besides=[job.id for job in jobs])
+        held_by = (held_by or "partition") if more else None
+    if not jobs:
         return Claimed([], held_by)
-    _jobs().filter(id__in=ids).update(
+    _jobs().filter(id__in=[job.id for job in jobs]).update(
         state=into, attempts=F("attempts") + 1, started_at=clock, attempted_by=node,
         lease=F("lease") + 1, unique_key=key_after(into))
     if window is not None:
         Queue.objects.using(using).filter(name=queue).update(
-            rate_window=window, rate_count=used + len(ids))
-    jobs = list(_jobs().filter(id__in=ids))
+            rate_window=window, rate_count=used + len(jobs))
+    for job in jobs:  # the rows are locked: these are exactly the values written
+        job.state, job.started_at, job.attempted_by = into, clock, node
+        job.attempts += 1
+        job.lease += 1
+        if not holds(job.unique_states, into):
+            job.unique_key = None
+    jobs.sort(key=lambda job: (-job.priority, job.available_at))
+    return Claimed(jobs, held_by)
+
+
+_PG_LOCK = ("SELECT paused, rate_window, rate_count, clock_timestamp() FROM kathikon_queue "
+            "WHERE name = %s FOR UPDATE")
+_PG_EXECUTING = (f"SELECT count(*) FROM kathikon_job WHERE queue = %s "
+                 f"AND state IN ({_EXECUTING_SQL})")
+_PG_CLAIM = f"""
+WITH picked AS (
+    SELECT id FROM kathikon_job
+    WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %(now)s
+    ORDER BY priority DESC, available_at
+    LIMIT %(budget)s
+    FOR UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE kathikon_job AS j
+    SET state = %(into)s, attempts = j.attempts + 1, started_at = %(now)s,
+        attempted_by = %(node)s, lease = j.lease + 1, unique_key = {{key}}
+    FROM picked WHERE j.id = picked.id
+    RETURNING {", ".join("j." + c.strip('"') for c in JOB_COLUMNS.split(", "))}){{bump}}
+SELECT * FROM claimed
+"""
+_PG_BUMP = """,
+bump AS (
+    UPDATE kathikon_queue SET rate_window = %(window)s,
+        rate_count = %(used)s + (SELECT count(*) FROM claimed)
+    WHERE name = %(queue)s)"""
+
+
+def _claim_postgres(queue: str, limit: int, node: str, limits: Limits, into: str,
+                    now: dt.datetime | None) -> Claimed | None:
+    """PostgreSQL without partitions: lock the queue row (and read the clock), count the
+    executing jobs, then pick, claim and advance the rate window in one statement. None if
+    the queue's row is missing."""
+    with vendor.atomic(), vendor.connection().cursor() as cursor:
+        cursor.execute(_PG_LOCK, [queue])
+        found = cursor.fetchone()
+        if found is None:
+            return None
+        paused, rate_window, rate_count, clock = found
+        if paused:
+            return Claimed([])
+        clock = now or clock
+        budget, held_by = limit, None
+        window, used = None, 0
+        if limits.rate_allowed and limits.rate_period:
+            window = window_start(clock, limits.rate_period)
+            used = rate_count if rate_window == window else 0
+            if limits.rate_allowed - used < budget:
+                budget, held_by = max(0, limits.rate_allowed - used), "rate_limit"
+        if limits.global_limit:  # a statement of its own: its snapshot follows the lock
+            cursor.execute(_PG_EXECUTING, [queue])
+            executing = cursor.fetchone()[0]
+            if limits.global_limit - executing < budget:
+                budget, held_by = max(0, limits.global_limit - executing), "global_limit"
+        if budget <= 0:
+            return Claimed([], held_by if _any_due(queue, clock) else None)
+        # The pick's LIMIT is a constant: the planner walks the claim index and stops.
+        sql = _PG_CLAIM.format(key=key_after_sql(into, "j"),
+                               bump=_PG_BUMP if window is not None else "")
+        cursor.execute(sql, {"queue": queue, "now": clock, "budget": budget, "into": into,
+                             "node": node, "window": window, "used": used})
+        jobs = jobs_from_rows(cursor.fetchall(), vendor.alias())
+        short = len(jobs) < limit
+        if not (short and held_by and _any_due(queue, clock, besides=[j.id for j in jobs])):
+            held_by = None
     jobs.sort(key=lambda job: (-job.priority, job.available_at))
     return Claimed(jobs, held_by)
 
@@ -123,19 +204,30 @@ def window_start(clock: dt.datetime, period: float) -> dt.datetime:
 def queue_usage(queue: str, limits: Limits, now: dt.datetime | None = None) -> Usage:
     """How much of its limits ``queue`` uses now: executing jobs, per partition, rate window."""
     executing = _jobs().filter(queue=queue, state__in=EXECUTING_STATES).count()
-    partitions: dict[str, int] = {}
-    if limits.partition_by:
-        sql = (f"SELECT {_partition_sql(limits)}, COUNT(*) FROM kathikon_job "
-               f"WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY 1")
-        with vendor.connection().cursor() as cursor:
-            cursor.execute(sql, [queue])
-            partitions = {str(key): int(count) for key, count in cursor.fetchall()}
     row = Queue.objects.using(vendor.alias()).filter(name=queue).first()
-    used, window = 0, None
-    if row is not None and limits.rate_allowed and limits.rate_period:
-        window = window_start(now or vendor.db_now(), limits.rate_period)
-        used = row.rate_count if row.rate_window == window else 0
-    return Usage(executing=executing, partitions=partitions, rate_used=used, rate_window=window)
+    used, window = rate_use(row, limits, now)
+    return Usage(executing=executing, partitions=partition_use(queue, limits),
+                 rate_used=used, rate_window=window)
+
+
+def partition_use(queue: str, limits: Limits) -> dict[str, int]:
+    """Partition key → executing jobs of ``queue`` (empty unless it is partitioned)."""
+    if not limits.partition_by:
+        return {}
+    sql = (f"SELECT {_partition_sql(limits)}, COUNT(*) FROM kathikon_job "
+           f"WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY 1")
+    with vendor.connection().cursor() as cursor:
+        cursor.execute(sql, [queue])
+        return {str(key): int(count) for key, count in cursor.fetchall()}
+
+
+def rate_use(row: Queue | None, limits: Limits,
+             now: dt.datetime | None = None) -> tuple[int, dt.datetime | None]:
+    """Starts counted in the current rate window of the queue ``row``, and its start."""
+    if row is None or not (limits.rate_allowed and limits.rate_period):
+        return 0, None
+    window = window_start(now or vendor.db_now(), limits.rate_period)
+    return (row.rate_count if row.rate_window == window else 0), window
 
 
 def _jobs() -> Any:
@@ -156,22 +248,25 @@ def _any_due(queue: str, clock: dt.datetime, besides: list[uuid.UUID] | None = N
     return bool(query.exists())
 
 
-def _pick(queue: str, budget: int, limits: Limits, clock: dt.datetime) -> list[uuid.UUID]:
-    """Up to ``budget`` due ids in claim order, locked (other lockers skipped)."""
+def _pick(queue: str, budget: int, limits: Limits,
+          clock: dt.datetime) -> tuple[list[Job], bool | None]:
+    """Up to ``budget`` due jobs in claim order, locked (rows others hold are skipped), and
+    whether due jobs were passed over (None: not known without another query)."""
+    locking = vendor.vendor() != "sqlite"
     if limits.partition_by:
-        ids = _rank_partitions(queue, budget, limits, clock)
-        if not ids:
-            return []
-        query = _jobs().filter(id__in=ids, state__in=CLAIMABLE_STATES)
-        if vendor.vendor() != "sqlite":
+        ranked, more = _rank_partitions(queue, budget, limits, clock)
+        if not ranked:
+            return [], (True if more else None)
+        query = _jobs().filter(id__in=ranked, state__in=CLAIMABLE_STATES)
+        if locking:
             query = query.select_for_update(skip_locked=True)
-        locked = set(query.values_list("id", flat=True))
-        return [pk for pk in ids if pk in locked]
+        found = {job.id: job for job in query}
+        return [found[pk] for pk in ranked if pk in found], (more or None)
     query = (_jobs().filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=clock)
              .order_by("-priority", "available_at"))
-    if vendor.vendor() != "sqlite":
+    if locking:
         query = query.select_for_update(skip_locked=True)
-    return list(query.values_list("id", flat=True)[:budget])
+    return list(query[:budget]), None
 
 
 def _partition_sql(limits: Limits) -> str:
@@ -188,11 +283,13 @@ def _partition_sql(limits: Limits) -> str:
 
 
 def _rank_partitions(queue: str, budget: int, limits: Limits,
-                     clock: dt.datetime) -> list[uuid.UUID]:
+                     clock: dt.datetime) -> tuple[list[uuid.UUID], bool]:
+    """The due ids a partitioned claim may take, in claim order (at most ``budget``), and
+    whether the candidate window held more due jobs than that."""
     part = _partition_sql(limits)
     per = int(limits.partition_limit or 1)
     sql = f"""
-    SELECT c.id FROM (
+    SELECT c.id, CASE WHEN c.rn <= %s - COALESCE(r.n, 0) THEN 1 ELSE 0 END FROM (
         SELECT id, priority, available_at, p,
                ROW_NUMBER() OVER (PARTITION BY p ORDER BY priority DESC, available_at) AS rn
         FROM (SELECT id, priority, available_at, {part} AS p FROM kathikon_job
@@ -207,13 +304,12 @@ def _rank_partitions(queue: str, budget: int, limits: Limits,
     LEFT JOIN (SELECT {part} AS p, COUNT(*) AS n FROM kathikon_job
                WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY {part}) AS r
       ON r.p = c.p
-    WHERE c.rn <= %s - COALESCE(r.n, 0)
     ORDER BY c.priority DESC, c.available_at
-    LIMIT %s
     """
     connection = vendor.connection()
     stamp = connection.ops.adapt_datetimefield_value(clock)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [queue, stamp, queue, per, queue, per, budget])
-        return [pk if isinstance(pk, uuid.UUID) else uuid.UUID(pk)
-                for (pk,) in cursor.fetchall()]
+        cursor.execute(sql, [per, queue, stamp, queue, per, queue])
+        rows = cursor.fetchall()
+    eligible = [pk if isinstance(pk, uuid.UUID) else uuid.UUID(pk) for pk, ok in rows if ok]
+    return eligible[:budget], len(rows) > min(len(eligible), budget)

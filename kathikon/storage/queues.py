@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidQueue
 from kathikon.models import Queue
@@ -40,6 +42,19 @@ def set_all_paused(paused: bool, names: list[str]) -> list[str]:
         everything = sorted(known | set(names))
         notify.notify(notify.PAUSE if paused else notify.RESUME, everything)
     return everything
+
+
+def set_limits(name: str, override: dict[str, Any] | None) -> None:
+    """Store ``name``'s run-time limits override (creating its row); None clears it.
+
+    Workers pick it up at their next queue refresh (every ``POLL_INTERVAL``).
+    """
+    validate_name(name)
+    with vendor.atomic():
+        queue, _ = Queue.objects.using(vendor.alias()).select_for_update().get_or_create(
+            name=name)
+        queue.limits = override
+        queue.save(update_fields=["limits", "updated_at"])
 
 
 def ensure_queue(name: str) -> Queue:

@@ -164,7 +164,24 @@ def _set_replaced(replace: Sequence[str], new: str, old: str) -> list[str]:
     return sets
 
 
+_PG_INSERT_ONE = f"""
+WITH ins AS (
+    INSERT INTO kathikon_job ({COLUMNS})
+    VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
+            0, '[]'::jsonb, '', 0)
+    {_CONFLICT} DO NOTHING
+    RETURNING id, unique_key, queue, state)
+SELECT unique_key, id, (SELECT count(*) FROM (
+    SELECT pg_notify('{notify.CHANNEL}', '{notify.AVAILABLE} ' || queue) FROM ins
+    WHERE state = '{JobState.AVAILABLE}') AS woke) FROM ins
+"""
+
+
 def _insert_postgres(rows: Sequence[JobRow], replace: Sequence[str]) -> dict[str, uuid.UUID]:
+    if len(rows) == 1 and not replace:  # the single insert: VALUES, no arrays to build
+        with vendor.connection().cursor() as cursor:
+            cursor.execute(_PG_INSERT_ONE, _values(rows[0], vendor.connection()))
+            return {key: _uuid(pk) for key, pk, _ in cursor.fetchall()}
     columns = list(zip(*(_values(row, vendor.connection()) for row in rows), strict=True))
     if replace:
         sets = ", ".join(_set_replaced(replace, "EXCLUDED.{}", "kathikon_job.{}"))

@@ -53,11 +53,11 @@ def test_four_processes_never_run_more_than_the_global_limit(worker_processes: A
 
 def test_a_thousand_jobs_over_twenty_accounts_one_at_a_time_each(worker_processes: Any,
                                                                  tmp_path: Path):
-    log, seconds, total = tmp_path / "spans", 0.2, 1000
+    log, seconds, total = tmp_path / "spans", 0.4, 1000
     kathikon.insert_many([(Timed, {"log": str(log), "seconds": seconds, "account": i % 20},
                            {"queue": "flow"}) for i in range(total)])
     queue = {"concurrency": 15, "partition": {"by": "args.account", "limit": 1}}
-    run_all(worker_processes, 3, queue, total, timeout=240)
+    run_all(worker_processes, 3, queue, total, timeout=300)
     rows = spans(log)
     assert len(rows) == total
     by_account: dict[str, list[tuple[float, float]]] = defaultdict(list)

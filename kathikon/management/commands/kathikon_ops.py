@@ -63,6 +63,16 @@ class Command(BaseCommand):
             command = sub(name, f"{name.capitalize()} a queue, or every queue with --all.")
             command.add_argument("queue", nargs="?")
             command.add_argument("--all", action="store_true", dest="all_queues")
+        limits = sub("limits", "Change a queue's global_limit, partition and rate_limit on "
+                     "every node ('none' = unlimited); prints the effective limits.")
+        limits.add_argument("queue")
+        limits.add_argument("--global-limit", type=optional_int, metavar="N|none")
+        limits.add_argument("--partition", type=partition_option, metavar="BY:LIMIT|none",
+                            help="e.g. args.account_id:1 or worker:2")
+        limits.add_argument("--rate", type=rate_option, metavar="N/SECONDS|none",
+                            help="e.g. 60/60: at most 60 starts a minute")
+        limits.add_argument("--reset", action="store_true",
+                            help="Drop the run-time overrides first (back to the settings).")
         prune = sub("prune", "Delete finished jobs older than the retention period.")
         prune.add_argument("--older-than", type=duration, default=None,
                            help="Default: KATHIKON['RETENTION_PERIOD']. Shorter than that "
@@ -89,10 +99,11 @@ class Command(BaseCommand):
                  s.counts["claimed"] + s.counts["running"], s.counts["retryable"],
                  s.counts["dead"], s.counts["completed"], s.counts["cancelled"],
                  age(s.oldest_available_age), f"{s.completed_last_minute}/{s.completed_last_hour}",
-                 f"{s.failed_last_minute}/{s.failed_last_hour}"] for s in summaries]
+                 f"{s.failed_last_minute}/{s.failed_last_hour}", s.limits_text or None]
+                for s in summaries]
         self.table(["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "EXECUTING",
                     "RETRYABLE", "DEAD", "COMPLETED", "CANCELLED", "OLDEST",
-                    "DONE 1m/1h", "FAILED 1m/1h"], rows)
+                    "DONE 1m/1h", "FAILED 1m/1h", "LIMITS"], rows)
         for s in summaries:
             waiting = s.counts["available"] + s.counts["scheduled"] + s.counts["retryable"]
             if s.status == "unserved" and waiting:
@@ -162,6 +173,18 @@ class Command(BaseCommand):
     def do_resume(self, options: dict[str, Any]) -> None:
         self.pause(options, paused=False)
 
+    def do_limits(self, options: dict[str, Any]) -> None:
+        given = {key: options[option] for key, option in (
+            ("global_limit", "global_limit"), ("partition", "partition"), ("rate_limit", "rate"))
+            if options[option] is not None}
+        effective = dashboard.set_queue_limits(
+            options["queue"], reset=options["reset"],
+            **{key: (None if value == NONE else value) for key, value in given.items()})
+        if options["json"]:
+            return self.emit({"queue": options["queue"], "limits": effective})
+        self.stdout.write(f"{options['queue']}: " + ", ".join(
+            f"{key}={json.dumps(value)}" for key, value in effective.items()))
+
     def do_prune(self, options: dict[str, Any]) -> None:
         older_than, retention = options["older_than"], conf.retention_period()
         if older_than is not None and older_than < retention and not options["yes"]:
@@ -224,6 +247,29 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "hex") and not isinstance(value, (int, float)):
         return value.hex
     return str(value)
+
+
+NONE = "none"  # an option given as 'none': remove that limit
+
+
+def optional_int(text: str) -> Any:
+    return NONE if text.lower() == NONE else int(text)
+
+
+def partition_option(text: str) -> Any:
+    if text.lower() == NONE:
+        return NONE
+    by, _, limit = text.rpartition(":")
+    if not by:
+        raise ValueError(text)
+    return {"by": by, "limit": int(limit)}
+
+
+def rate_option(text: str) -> Any:
+    if text.lower() == NONE:
+        return NONE
+    allowed, _, period = text.partition("/")
+    return {"allowed": int(allowed), "period": float(period or 1)}
 
 
 def when(value: dt.datetime | None) -> str | None:
