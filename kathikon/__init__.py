@@ -75,7 +75,7 @@ _LAZY = {
     **{name: "kathikon.aapi" for name in (
         "aall", "acancel", "aclaim", "aclaim_available", "adead_jobs", "afetch", "ahistory",
         "ainsert", "ainsert_many", "apause_queue", "arerun", "aresume_queue", "aretry",
-        "aschedule", "astart_queue", "astatus",
+        "aschedule", "aset_queue_limits", "astart_queue", "astatus",
     )},
     **{name: "kathikon.runners" for name in ("complete", "discard", "fail", "snooze")},
     **{name: "kathikon.aapi" for name in ("acomplete", "adiscard", "afail", "asnooze")},
@@ -106,7 +106,8 @@ __all__ = [
     "StaleLease", "Unique", "Worker", "__version__", "aall", "acancel", "aclaim",
     "aclaim_available", "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory",
     "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry",
-    "aschedule", "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel", "claim",
+    "aschedule", "aset_queue_limits", "asnooze", "astart_queue", "astatus", "backoff_seconds",
+    "cancel", "claim",
     "claim_available", "complete", "complete_in_transaction", "cron", "dead_jobs", "discard",
     "fail", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue",
     "retry", "schedule", "set_queue_limits", "snooze", "start_queue", "status",

@@ -33,6 +33,7 @@ def _twin(func: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
 
 
 ainsert = _twin(api.insert)
+aset_queue_limits = _twin(api.set_queue_limits)
 ainsert_many = _twin(api.insert_many)
 afetch = _twin(api.fetch)
 aall = _twin(api.all)
@@ -56,5 +57,6 @@ asnooze = _twin(runners.snooze)
 __all__ = [
     "aall", "acancel", "aclaim", "aclaim_available", "acomplete", "adead_jobs", "adiscard",
     "afail", "afetch", "ahistory", "ainsert", "ainsert_many", "apause_queue", "arerun",
-    "aresume_queue", "aretry", "aschedule", "asnooze", "astart_queue", "astatus",
+    "aresume_queue", "aretry", "aschedule", "aset_queue_limits", "asnooze", "astart_queue",
+    "astatus",
 ]

@@ -1,7 +1,7 @@
 """Workers that complete themselves inside their own transaction (kathikon.complete_in_transaction).
 
-Their "own write" is a job of ``Effect`` in the ``effects`` queue (no worker
-serves it), inserted in the same ``atomic()`` block as the completion.
+Their "own write" is a job of ``Effect`` (a no-op), inserted in the same
+``atomic()`` block as the completion.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import kathikon
 
 
 class Effect(kathikon.Worker):
-    queue = "effects"
-
     def perform(self, job: kathikon.Job) -> None:
         return None
 

@@ -95,7 +95,7 @@ def test_only_a_job_being_performed_can_complete_itself():
     job = kathikon.insert(Effect, {})
     with pytest.raises(kathikon.InvalidState):
         kathikon.complete_in_transaction(job)
-    claimed = storage.claim_jobs("effects", 1, "n1")[0]
+    claimed = storage.claim_jobs("default", 1, "n1")[0]
     with pytest.raises(kathikon.InvalidJob) as caught:
         kathikon.complete_in_transaction(claimed, {"bad": object()})
     assert caught.value.key == "result"
