@@ -17,6 +17,11 @@ jobs instead of the few slots that just freed. A short claim (the backlog is
 gone) or slow jobs (``FAST_JOB``) shrink it back to nothing, so an idle or a
 slow queue claims only what it runs and never hoards jobs other nodes could run.
 
+A queue with flow limits (``kathikon.limits``) claims through
+``storage.limited`` instead; while a limit holds it back it claims again as soon
+as an ack frees capacity on this node, else every ``HELD_POLL`` seconds, and it
+sends ``queue_limited`` at most once a second.
+
 The loop is a small state machine on an injectable ``clock``: :meth:`Dispatcher.step`
 makes one claim when one is due, so tests drive it without threads or sleeps.
 """
@@ -125,6 +130,8 @@ class Dispatcher:
             if limits != self.limits:
                 logger.info("kathikon: queue %s limits %s", self.queue, limits.as_options())
                 self.limits = limits
+                if limits:
+                    self.pool.prefetch = 0  # no local buffer: it would hold capacity idle
                 self._woken = True
                 self._cond.notify_all()
 
