@@ -137,7 +137,7 @@ def test_fault_an_executor_thread_dying(worker_processes):
 
 def test_fault_an_acker_stuck_longer_than_rescue_after(worker_processes: WorkerProcesses,
                                                       concurrent_db):
-    poison = kathikon.insert(RECORD, {"sleep": 4})
+    poison = kathikon.insert(RECORD, {"sleep": 6})  # time to lock its row before its ack
     ordinary = insert_ordinary()
     worker = worker_processes.start("--queues", "default:4", settings=FAST)
     wait_until(lambda: all_completed(ordinary), BOUND, message="the ordinary jobs completed")
