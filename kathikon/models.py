@@ -82,8 +82,10 @@ class Job(models.Model):
             models.Index(fields=["queue", "state", "id"], name="kathikon_job_queue_state"),
             models.Index(fields=["worker", "state", "id"], name="kathikon_job_worker_state"),
             models.Index(fields=["inserted_at"], name="kathikon_job_inserted"),
-            # The pruner, "finished in the last hour" per queue and the charts (index-only scans).
-            models.Index(fields=["completed_at", "state", "queue"], name="kathikon_job_completed"),
+            # The pruner, "finished in the last hour" per queue and the charts (index-only
+            # scans). Only finished jobs: inserts and claims never touch it.
+            PartialIndex(fields=["completed_at", "state", "queue"],
+                         where=Q(completed_at__isnull=False), name="kathikon_job_completed"),
             # Batches: "is any child of this batch unfinished?" in one index probe (replaces
             # the plain batch_id index; jobs outside batches are not in it where the
             # database has partial indexes).
