@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('kathikon', '0006_job_admin_indexes_at_scale'),
+        ('kathikon', '0008_queue_limits'),
     ]
 
     operations = [
