@@ -374,8 +374,9 @@ def explain_claim() -> dict[str, Any]:
     vendor = dbs.vendor_of_connection()
     if vendor == "postgres":
         from kathikon.storage.claims import _PG_CLAIM
+        from kathikon.storage.uniques import key_after_sql
 
-        sql = _PG_CLAIM.format(now="statement_timestamp()")
+        sql = _PG_CLAIM.format(now="statement_timestamp()", key=key_after_sql("running", "j"))
         params = {"queue": "default", "limit": 10, "node": "bench:explain",
                   "into": "running", "now": None}
         with transaction.atomic(), connection.cursor() as cursor:
@@ -396,10 +397,10 @@ def explain_claim() -> dict[str, Any]:
     else:
         from django.utils import timezone
 
-        from kathikon.storage.claims import _SQLITE_CLAIM
+        from kathikon.storage.claims import _SQLITE_CLAIMS
 
         stamp = connection.ops.adapt_datetimefield_value(timezone.now())
-        rows = dbs.execute("EXPLAIN QUERY PLAN " + _SQLITE_CLAIM,
+        rows = dbs.execute("EXPLAIN QUERY PLAN " + _SQLITE_CLAIMS["running"],
                            ["running", stamp, "bench:explain", "default", stamp, "default", 10])
         plan = "\n".join(str(row[-1]) for row in rows)
     time_ms = None

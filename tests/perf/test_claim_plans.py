@@ -8,7 +8,7 @@ from django.db import connection
 from django.utils import timezone
 
 import kathikon
-from kathikon.storage.claims import _SQLITE_CLAIM
+from kathikon.storage.claims import _SQLITE_CLAIMS
 from tests import workers
 
 
@@ -20,7 +20,7 @@ def test_sqlite_claim_plan_after_analyze(vendor):
     stamp = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-        cursor.execute("EXPLAIN QUERY PLAN " + _SQLITE_CLAIM,
+        cursor.execute("EXPLAIN QUERY PLAN " + _SQLITE_CLAIMS["running"],
                        ["running", stamp, "n", "default", stamp, "default", 10])
         plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
     assert "kathikon_job_claim" in plan
