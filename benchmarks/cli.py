@@ -5,6 +5,7 @@
     python -m benchmarks --db postgres --only enqueue,drain
     python -m benchmarks --only admin         # the admin page timings (1M jobs)
     python -m benchmarks --only peers         # side by side with pgqueuer, oban-py, chancy, ...
+    python -m benchmarks --only mariadb-peer  # side by side with django-tasks-db on MariaDB
 
 Each database runs in its own ``benchmarks.runner`` process (Django is set up
 once per process); the database ``kathikon_bench`` is created and dropped.
@@ -26,8 +27,9 @@ from benchmarks import dbs, report
 from benchmarks.procs import ROOT, worker_env
 from benchmarks.runner import PHASES
 
-ALL_PHASES = (*PHASES, "admin", "peers")
-DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "admin", "peers")
+ALL_PHASES = (*PHASES, "admin", "peers", "mariadb-peer")
+DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "admin", "peers",
+                  "mariadb-peer")
 
 
 def admin_available() -> bool:
@@ -87,6 +89,28 @@ def run_peers(quick: bool) -> dict[str, Any]:
             "seconds": time.monotonic() - started}
 
 
+def run_mariadb_peer(quick: bool) -> dict[str, Any]:
+    """django-tasks-db next to Kathikon on MariaDB (``benchmarks.mariadb_peer``)."""
+    from benchmarks import mariadb_peer, peers
+
+    why = dbs.reachable("mariadb") or (None if peers.harness_source() else
+                                       f"peer harness not found at {peers.DEFAULT_HARNESS}")
+    if why:
+        sys.stderr.write(f"[mariadb-peer] skipped: {why}\n")
+        return {"skipped": why}
+    started = time.monotonic()
+    try:
+        result = mariadb_peer.run(2000 if quick else 10_000)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        sys.stderr.write(f"[mariadb-peer] failed: {exc}\n")
+        return {"error": str(exc), "seconds": time.monotonic() - started}
+    text = mariadb_peer.render(result)
+    if not quick:
+        (ROOT / "benchmarks" / "mariadb_peers.md").write_text(text)
+    sys.stdout.write(text)
+    return {**result, "text": text, "seconds": time.monotonic() - started}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write("[admin] skipped: benchmarks/admin_pages.py is not there\n")
         if "peers" in phases:
             results["peers"] = run_peers(args.quick)
+        if "mariadb-peer" in phases:
+            results["mariadb_peer"] = run_mariadb_peer(args.quick)
     results["seconds"] = time.monotonic() - started
 
     text = report.summary(results)
@@ -159,4 +185,5 @@ def main(argv: list[str] | None = None) -> int:
     failed = any(v.get("errors") for v in results["vendors"].values())
     failed = failed or results.get("admin", {}).get("returncode", 0) != 0
     failed = failed or "error" in results.get("peers", {})
+    failed = failed or "error" in results.get("mariadb_peer", {})
     return 1 if failed else 0

@@ -39,6 +39,11 @@ def _my_connect():
         passwd=os.environ.get("KATHIKON_MYSQL_PASSWORD", ""), connect_timeout=5)
 
 
+def mysql_connection():
+    """A plain MySQLdb connection to the local MariaDB server (no database selected)."""
+    return _my_connect()
+
+
 def sqlite_path() -> Path:
     return Path(tempfile.gettempdir()) / f"{db_name()}.sqlite3"
 

@@ -340,7 +340,7 @@ def document(results: dict[str, Any]) -> str:
         out += ["### Admin pages with a large table", "",
                 "From `benchmarks/admin_pages.py` (`python -m benchmarks --only admin`):", "",
                 "```text", admin.get("output", "").rstrip(), "```", ""]
-    for name in ("peers.md", "optimisations.md"):
+    for name in ("peers.md", "mariadb_peers.md", "optimisations.md"):
         path = HERE / name
         if path.exists():
             out += [path.read_text().rstrip(), ""]

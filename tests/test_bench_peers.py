@@ -53,3 +53,18 @@ def test_flattened_variant_links_become_symlinks_again(tmp_path: Path):
     assert (variant / "bench_adapter.py").read_text() == "X = 1\n"
     assert (variant / "benchapp").is_symlink() and (variant / "benchapp").is_dir()
     assert not (variant / "adapter.json").is_symlink()
+
+
+def test_mariadb_side_by_side_renders_both_systems_and_the_ratio():
+    from benchmarks import mariadb_peer
+
+    text = mariadb_peer.render({
+        "started": "2026-12-01T12:00:00+00:00", "n": 10_000,
+        "kathikon": {"single": 900.0, "drain1": 2400.0, "drain2": 3000.0,
+                     "server": {"version": "10.11", "innodb_flush_log_at_trx_commit": "1",
+                                "innodb_buffer_pool_size": str(128 * 2**20)}},
+        "djtasks": {"version": "django-tasks-db 0.13.0, Django 6.1.3", "single": 800.0,
+                    "drain1": 100.0, "drain2": 200.0}})
+    assert "| **kathikon** |" in text and "| django-tasks-db 0.13.0 |" in text
+    assert "buffer pool 128 MiB" in text
+    assert "drain 24.0x (1 process), 15.0x (2 processes)" in text
