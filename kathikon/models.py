@@ -103,9 +103,10 @@ class Job(models.Model):
                                    name="kathikon_job_priority_range"),
             models.CheckConstraint(condition=Q(max_attempts__gte=1),
                                    name="kathikon_job_max_attempts"),
-            # Cron exactly-once: one job per schedule and tick (NULLs never clash).
-            models.UniqueConstraint(fields=["cron", "scheduled_at"],
-                                    name="kathikon_job_cron_tick"),
+            # Cron exactly-once: one job per schedule and tick (NULLs never clash). Partial
+            # where possible: jobs without a schedule (nearly all) never touch it.
+            PartialUniqueConstraint(fields=["cron", "scheduled_at"],
+                                    where=Q(cron__isnull=False), name="kathikon_job_cron_tick"),
             # Unique jobs: one job per key; jobs outside their unique states hold NULL.
             PartialUniqueConstraint(fields=["unique_key"], where=Q(unique_key__isnull=False),
                                     name="kathikon_job_unique_key"),
