@@ -141,7 +141,7 @@ def execute_job(job: Job) -> Execution:
     """Run a claimed (or running) job and write its outcome; never raises for user errors."""
     if job.state == JobState.CLAIMED and not start_job(job):
         raise KathikonError(f"job {job.id.hex} was claimed by someone else since")
-    return settle([run_job(job)])[0]
+    return settle([Executor().run(job)])[0]
 
 
 def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Execution:

@@ -99,7 +99,7 @@ def drain_queue(queue: str | None = None, *, with_scheduled: bool = False,
     queues cancelled while the drain ran (e.g. by a drained job).
     """
     from kathikon import storage
-    from kathikon.executor import run_job, settle
+    from kathikon.executor import Executor, settle
     from kathikon.storage import testing as store
 
     cancelled_before = storage.count_by_state(queue)["cancelled"]
@@ -110,8 +110,9 @@ def drain_queue(queue: str | None = None, *, with_scheduled: bool = False,
             store.make_due(queue)
         names = [queue] if queue is not None else store.due_queues()
         jobs = [job for name in names for job in storage.claim_jobs(name, _CLAIM_LIMIT, NODE)]
+        executor = Executor()  # a transaction perform leaves open is rolled back, as in a worker
         for job in jobs:
-            counts[settle([run_job(job)])[0].kind] += 1
+            counts[settle([executor.run(job)])[0].kind] += 1
         if not jobs or not with_recursion:
             break
     else:

@@ -289,3 +289,30 @@ def test_the_plugin_imports_without_side_effects():
                          timeout=60, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
     for heavy in ("kathikon.models", "kathikon.api", "kathikon.testing", "kathikon.storage"):
         assert f"'{heavy}'" not in out, out
+
+
+def test_drain_rolls_back_a_transaction_perform_left_open_and_keeps_the_tests(db):
+    """The test's own transaction stays; only the block perform never left is rolled back."""
+    from django.db import connection
+
+    from kathikon.models import Job
+
+    poison = kathikon.insert("tests.runtime.poison_workers.LeavesTransactionOpen", {})
+    depth = len(connection.atomic_blocks)
+    assert drain_queue().failed == 1
+    assert len(connection.atomic_blocks) == depth
+    job = kathikon.fetch(poison.id)
+    assert job.errors[-1]["kind"] == "kathikon.exceptions.TransactionLeftOpen"
+    assert not Job.objects.filter(queue="poison-writes").exists()
+    kathikon.insert(core.Succeed, {})
+    assert drain_queue().completed == 1  # the ORM works on after the rollback
+
+
+def test_inline_mode_rolls_back_a_transaction_perform_left_open(db):
+    from kathikon.models import Job
+
+    with testing_mode("inline"):
+        job = kathikon.insert("tests.runtime.poison_workers.LeavesTransactionOpen", {})
+    assert job.errors[-1]["kind"] == "kathikon.exceptions.TransactionLeftOpen"
+    assert job.state == "retryable"
+    assert not Job.objects.filter(queue="poison-writes").exists()
