@@ -31,9 +31,11 @@ from kathikon.exceptions import (
     InvalidState,
     JobExecuting,
     JobNotFound,
+    JobTimeout,
     KathikonError,
     NotMigrated,
     StaleLease,
+    UnstorableOutcome,
 )
 from kathikon.states import JobState
 from kathikon.unique import Unique
@@ -102,9 +104,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
     "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
-    "JobExecuting", "JobNotFound", "JobState", "KathikonError", "NotMigrated", "Retry", "Snooze",
-    "StaleLease", "Unique", "Worker", "__version__", "aall", "acancel", "aclaim",
-    "aclaim_available", "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory",
+    "JobExecuting", "JobNotFound", "JobState", "JobTimeout", "KathikonError", "NotMigrated",
+    "Retry", "Snooze", "StaleLease", "Unique", "UnstorableOutcome", "Worker", "__version__",
+    "aall", "acancel", "aclaim", "aclaim_available", "acomplete", "adead_jobs", "adiscard",
+    "afail", "afetch", "ahistory",
     "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry",
     "aschedule", "aset_queue_limits", "asnooze", "astart_queue", "astatus", "backoff_seconds",
     "cancel", "claim",

@@ -48,7 +48,7 @@ from django.utils.module_loading import import_string
 
 from kathikon import compat, signals
 from kathikon.conf import QUEUE_NAME
-from kathikon.exceptions import InvalidJob, JobNotFound
+from kathikon.exceptions import InvalidJob, JobNotFound, read_kind
 from kathikon.states import JobState
 from kathikon.unique import as_unique
 from kathikon.workers import Discard, Outcome, Worker
@@ -240,7 +240,7 @@ def task_result(job: Any, task: Any = None) -> Any:
     itself is discarded when a worker picks it up.
     """
     alias = job.meta.get("task_backend", "default")
-    errors = [compat.TaskError(exception_class_path=error.get("kind", ""),
+    errors = [compat.TaskError(exception_class_path=read_kind(error.get("kind", "")),
                                traceback=error.get("traceback", "")) for error in job.errors]
     status = STATUS[job.state]
     if task is None:

@@ -39,9 +39,9 @@ import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kathikon import signals
+from kathikon import performing, signals
 from kathikon.exceptions import BatchClosed, InvalidJob, JobNotFound
 from kathikon.ids import parse_id
 from kathikon.jobspec import InsertResult, JobRow, build_row, unpack_spec, worker_class
@@ -51,18 +51,9 @@ from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.storage import batches as store
 from kathikon.storage import insert_jobs, vendor
 
-if TYPE_CHECKING:
-    from kathikon.executor import Execution
-
 logger = logging.getLogger("kathikon")
 
 CALLBACK_OPTIONS = frozenset({"queue", "priority", "max_attempts", "meta"})
-
-#: Jobs whose ``perform`` is running in this process (set by the executor).
-performing: dict[uuid.UUID, Job] = {}
-#: Parent job id → batches it opened inside ``perform`` (read by the executor's settle).
-held: dict[uuid.UUID, set[uuid.UUID]] = {}
-
 
 @dataclass(frozen=True)
 class Batch:
@@ -114,8 +105,9 @@ class Batch:
         """Open an empty batch; add children with ``append``, then ``close`` it."""
         parent = _parent_id(parent_job_id)
         row = store.insert_batch(parent_job_id=parent, **_callback(on_complete))
-        if parent is not None and parent in performing:
-            held.setdefault(parent, set()).add(row.id)
+        running_here = performing.current_for(parent) if parent is not None else None
+        if running_here is not None:  # the parent's outcome will say: hold me while it is open
+            running_here.open_batches.add(row.id)
         return _snapshot(row, {state: 0 for state in JobState.values})
 
     @classmethod
@@ -182,18 +174,6 @@ def complete_finished_batches(batch_ids: Iterable[uuid.UUID] | None = None) -> l
     return done
 
 
-def hold_parents(executions: Sequence[Execution]) -> set[uuid.UUID]:
-    """Executor hook: of these executions, the parents that stay ``running`` (written here)."""
-    kept: set[uuid.UUID] = set()
-    for execution in executions:
-        job = execution.job
-        if not held.pop(job.id, None) or execution.kind != "completed":
-            continue
-        if store.hold_parent(job, execution.ack.result):
-            kept.add(job.id)
-    return kept
-
-
 # -- internals -------------------------------------------------------------------------------
 
 
@@ -206,7 +186,7 @@ def _parent_id(parent_job_id: object) -> uuid.UUID | None:
     pk = parse_id(getattr(parent_job_id, "pk", parent_job_id))
     if pk is None:
         raise JobNotFound(f"no job with id {parent_job_id!r} (ids are hex strings)")
-    if pk not in performing and not store.job_exists(pk):
+    if performing.current_for(pk) is None and not store.job_exists(pk):
         raise JobNotFound(f"no job with id {pk.hex}")
     return pk
 
@@ -249,9 +229,9 @@ def _close(row: BatchRow) -> _Completed | None:
     now = vendor.now()
     if row.status == BatchRow.Status.OPEN:
         store.close_batch(row, now)
-        waiting = held.get(row.parent_job_id) if row.parent_job_id else None
-        if waiting is not None:  # the parent is performing here: it need not wait for this one
-            waiting.discard(row.id)
+        running_here = performing.current_for(row.parent_job_id) if row.parent_job_id else None
+        if running_here is not None:  # the parent is performing here: no need to wait for it
+            running_here.open_batches.discard(row.id)
     parent = None
     if row.parent_job_id is not None:
         parent = store.complete_held_parent(row.parent_job_id, now)

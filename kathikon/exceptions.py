@@ -80,3 +80,35 @@ class ExecutorThreadDied(KathikonError):
 
 class EventLoopDied(KathikonError):
     """The worker process's event loop ended while this async job ran; it was restarted."""
+
+
+# -- failed attempts recorded by Kathikon itself (their ``kind`` in ``job.errors`` is stable) ---
+
+
+class JobTimeout(KathikonError):
+    """The job ran longer than its worker's ``timeout``."""
+
+
+class UnstorableOutcome(KathikonError):
+    """The outcome of ``perform`` cannot be stored (e.g. a result that is not JSON)."""
+
+
+#: Persisted ``kind`` of errors recorded under an older class path → the kind recorded now.
+LEGACY_KINDS = {"kathikon.executor.JobTimeout": "kathikon.JobTimeout"}
+
+
+def error_kind(exc_type: type[BaseException]) -> str:
+    """The ``kind`` recorded in ``job.errors`` for an exception of ``exc_type``.
+
+    The class path, except the failures Kathikon records itself: ``kathikon.<Name>``
+    (importable from the ``kathikon`` package), so that moving a class between
+    modules never changes what is stored.
+    """
+    if exc_type in (JobTimeout, UnstorableOutcome):
+        return f"kathikon.{exc_type.__qualname__}"
+    return f"{exc_type.__module__}.{exc_type.__qualname__}"
+
+
+def read_kind(kind: str) -> str:
+    """A stored ``kind`` as recorded today (rows written by older versions included)."""
+    return LEGACY_KINDS.get(kind, kind)

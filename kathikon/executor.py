@@ -3,8 +3,13 @@
 ``execute_job(job)`` is the one path from a claimed job to its outcome; the
 runtime uses its two halves, :class:`Executor` (user code, no database writes:
 one claimed job in, one :class:`Execution` out, whatever ``perform`` did) and
-``settle`` (one ``ack_jobs`` call for a whole batch of runs, then signals), so
-that a burst of completions costs one statement.
+``settle`` (one ``write_acks`` call for a whole batch of runs, then signals), so
+that a burst of completions costs one statement. ``settle`` itself is
+``record`` (the write: it changes nothing when it raises, so it may be
+retried) followed by ``announce`` (signals and batch callbacks, once).
+
+Every outcome is made storable here (kathikon.storable): a database must
+never refuse an ack.
 
 A job's time limit comes from one place, ``Worker.timeout_for(job)``, read
 through :func:`job_timeout` (a number of seconds, or ``None``). Async jobs are
@@ -16,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-import json
 import logging
 import math
 import time
@@ -28,20 +32,34 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from kathikon import batch as _batches
-from kathikon import conf, signals
+from kathikon import conf, performing, signals
 from kathikon.backoff import with_jitter
-from kathikon.exceptions import KathikonError, TransactionLeftOpen
+from kathikon.exceptions import (
+    JobTimeout,
+    KathikonError,
+    TransactionLeftOpen,
+    UnstorableOutcome,
+    error_kind,
+)
 from kathikon.jobspec import worker_class
 from kathikon.models import Job
 from kathikon.states import TERMINAL_STATES, JobState
-from kathikon.storage import Ack, ack_jobs, hygiene, start_job
+from kathikon.storable import (
+    MAX_MESSAGE,
+    MAX_TRACEBACK,
+    clamp_delay,
+    clean_text,
+    describe,
+    storable_result,
+)
+from kathikon.storage import Ack, Acked, hygiene, start_job, write_acks
 from kathikon.workers import Discard, Retry, Snooze, Worker
 
 logger = logging.getLogger("kathikon")
 
-
-class JobTimeout(Exception):
-    """The job ran longer than its worker's ``timeout``."""
+__all__ = ["Execution", "Executor", "JobTimeout", "Plan", "announce", "call_perform",
+           "conclude", "execute_job", "fail_job", "is_async_worker", "job_timeout", "record",
+           "run_job", "settle", "unstorable"]
 
 
 @dataclass(slots=True)
@@ -157,27 +175,29 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
                          0.0, queue_time)
     signals.send(signals.job_started, cls, job=job, queue_time=queue_time)
     worker = cls()
-    _batches.performing[job.id] = job  # lets Batch.open() inside perform hold this parent
-    try:
-        if invoke is not None:
-            outcome = invoke(worker, job)
-        else:
-            outcome = call_perform(worker, job,
-                                   timeout if timeout is not None else job_timeout(cls, job))
-        if isinstance(outcome, (Retry, Discard, Snooze)):
-            raise outcome
-    except Snooze as snooze:
-        ack = Ack(job, JobState.SCHEDULED, delay=snooze.seconds, restore_attempt=True)
-        return Execution(job, "snoozed", ack, cls, snooze, _since(started), queue_time)
-    except Discard as discard:
-        ack = Ack(job, JobState.DEAD, error=_error(job, discard))
-        return Execution(job, "discarded", ack, cls, discard, _since(started), queue_time)
-    except Exception as exc:  # user code failed: that is data, never a crashed worker
-        return _failed(job, worker, exc, started, queue_time)
-    finally:
-        _batches.performing.pop(job.id, None)
-    return Execution(job, "completed", Ack(job, JobState.COMPLETED, result=_storable(outcome)),
-                     cls, None, _since(started), queue_time)
+    # Batch.open() inside perform records its batch here: the parent's outcome then holds it
+    with performing.performing(job) as running:
+        try:
+            if invoke is not None:
+                outcome = invoke(worker, job)
+            else:
+                outcome = call_perform(worker, job,
+                                       timeout if timeout is not None else job_timeout(cls, job))
+            if isinstance(outcome, (Retry, Discard, Snooze)):
+                raise outcome
+            result = _storable(outcome)
+        except Snooze as snooze:
+            ack = Ack(job, JobState.SCHEDULED, delay=_delay(snooze.seconds, 0.0),
+                      restore_attempt=True)
+            return Execution(job, "snoozed", ack, cls, snooze, _since(started), queue_time)
+        except Discard as discard:
+            ack = Ack(job, JobState.DEAD, error=_error(job, discard))
+            return Execution(job, "discarded", ack, cls, discard, _since(started), queue_time)
+        except BaseException as exc:  # user code failed (SystemExit included): that is
+            # data, recorded with its real class, never a crashed worker
+            return _failed(job, worker, exc, started, queue_time)
+    ack = Ack(job, JobState.COMPLETED, result=result, hold_parent=bool(running.open_batches))
+    return Execution(job, "completed", ack, cls, None, _since(started), queue_time)
 
 
 def fail_job(job: Job, exc: BaseException, *, duration: float = 0.0) -> Execution:
@@ -206,7 +226,8 @@ def conclude(job: Job, outcome: Any) -> Execution:
     except KathikonError:
         cls = Worker
     if isinstance(outcome, Snooze):
-        ack = Ack(job, JobState.SCHEDULED, delay=outcome.seconds, restore_attempt=True)
+        ack = Ack(job, JobState.SCHEDULED, delay=_delay(outcome.seconds, 0.0),
+                  restore_attempt=True)
         return Execution(job, "snoozed", ack, cls, outcome, 0.0, _queue_time(job))
     if isinstance(outcome, Discard):
         ack = Ack(job, JobState.DEAD, error=_error(job, outcome))
@@ -240,41 +261,66 @@ def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
 
 
 def settle(executions: Sequence[Execution]) -> list[Execution]:
-    """Write every outcome with one ``ack_jobs`` call, then send the signals."""
-    pending, kept = executions, set()
-    if _batches.held:  # a parent opened a batch inside perform: it may stay running (rare)
-        kept = _batches.hold_parents(executions)
-        pending = [execution for execution in executions if execution.job.id not in kept]
+    """Write every outcome with one ``write_acks`` call, then send the signals."""
+    announce(executions, record(executions))
+    return list(executions)
+
+
+def record(executions: Sequence[Execution]) -> Acked:
+    """Write the outcomes (one transaction at most; nothing written when it raises)."""
     done = {execution.job.id for execution in executions
             if execution.job.completed_in_transaction}
-    if done:  # completed in perform's own transaction: the ack of this attempt is a no-op
-        pending = [execution for execution in pending if execution.job.id not in done]
-        for execution in executions:
-            if execution.job.id in done:
-                _completed_in_transaction(execution)
-    written = ack_jobs([execution.ack for execution in pending]) | kept | done
-    finished_batches = None
     for execution in executions:
-        execution.written = execution.job.id in written
-        if not execution.written:
-            logger.warning("kathikon: ack of job %s fenced off (rescued or changed since its "
-                           "claim); outcome %s dropped", execution.job.id.hex, execution.kind)
-            continue
-        if kept and execution.job.id in kept:
-            continue  # completed, with its signal, when its batch is closed
-        _send_outcome(execution)
-        if execution.job.batch_id is not None and execution.job.state in TERMINAL_STATES:
-            finished_batches = finished_batches or set()
-            finished_batches.add(execution.job.batch_id)
-    if finished_batches:  # one query; jobs outside batches pay nothing
-        _batches.children_finished(finished_batches)
-    return list(executions)
+        if execution.job.id in done:  # completed in perform's own transaction: no ack to write
+            _completed_in_transaction(execution)
+    acked = write_acks([execution.ack for execution in executions
+                        if execution.job.id not in done])
+    for execution in executions:
+        job = execution.job
+        if job.id in done:
+            acked.written.add(job.id)
+            if job.batch_id is not None and job.state in TERMINAL_STATES:
+                acked.finished_batches.add(job.batch_id)
+        execution.written = job.id in acked.written
+    return acked
 
 
 def _completed_in_transaction(execution: Execution) -> None:
     """The job committed its own completion (whatever perform did afterwards): say so."""
     execution.kind, execution.exception = "completed", None
     execution.ack = Ack(execution.job, JobState.COMPLETED, result=execution.job.result)
+
+
+def announce(executions: Sequence[Execution], acked: Acked) -> None:
+    """After ``record``: the signals of what was written, and the batches it finished."""
+    for execution in executions:
+        if not execution.written:
+            logger.warning("kathikon: ack of job %s fenced off (rescued or changed since its "
+                           "claim); outcome %s dropped", execution.job.id.hex, execution.kind)
+            continue
+        if execution.job.id in acked.held:
+            continue  # completed, with its signal, when its batch is closed
+        _send_outcome(execution)
+    if acked.finished_batches:  # one query; jobs outside batches pay nothing
+        _batches.children_finished(acked.finished_batches)
+
+
+def unstorable(execution: Execution, exc: BaseException, *, detail: bool = True) -> Execution:
+    """The failed attempt that replaces an outcome the database refused for good.
+
+    ``detail=False`` leaves out the database's message and traceback: the last
+    resort, when even the detailed error could not be written.
+    """
+    what = f"{type(exc).__name__}: {describe(exc)}" if detail else type(exc).__name__
+    error = UnstorableOutcome(f"the {execution.kind} outcome of this attempt could not be "
+                              f"stored ({what})")
+    failed = _failed(execution.job, execution.worker(), error, time.perf_counter(),
+                     execution.queue_time)
+    if detail:
+        failed.ack.error = _error(execution.job, exc, kind=error_kind(UnstorableOutcome),
+                                  message=str(error))
+    failed.duration = execution.duration
+    return failed
 
 
 def _failed(job: Job, worker: Worker, exc: BaseException, started: float,
@@ -284,16 +330,33 @@ def _failed(job: Job, worker: Worker, exc: BaseException, started: float,
     if job.attempts >= job.max_attempts:
         return Execution(job, "failed", Ack(job, JobState.DEAD, error=error), type(worker), exc,
                          duration, queue_time)
-    delay = exc.in_seconds if isinstance(exc, Retry) and exc.in_seconds is not None else None
-    if delay is None:
-        try:
-            delay = with_jitter(float(worker.backoff(job)))
-        except Exception:
-            logger.exception("kathikon: %s.backoff() failed; using the default",
-                             type(worker).__name__)
-            delay = with_jitter(Worker.backoff(worker, job))
-    ack = Ack(job, JobState.RETRYABLE, error=error, delay=max(0.0, delay))
+    asked = clamp_delay(exc.in_seconds) if isinstance(exc, Retry) else None
+    ack = Ack(job, JobState.RETRYABLE, error=error,
+              delay=asked if asked is not None else _backoff(worker, job))
     return Execution(job, "failed", ack, type(worker), exc, duration, queue_time)
+
+
+def _backoff(worker: Worker, job: Job) -> float:
+    """The worker's backoff with jitter, clamped; the default one if it fails or is NaN."""
+    try:
+        delay = clamp_delay(worker.backoff(job))
+    except Exception:
+        logger.exception("kathikon: %s.backoff() failed; using the default",
+                         type(worker).__name__)
+        delay = None
+    else:
+        if delay is None:
+            logger.warning("kathikon: %s.backoff() returned a value that is not a number of "
+                           "seconds; using the default", type(worker).__name__)
+    if delay is None:
+        delay = Worker.backoff(worker, job)
+    return _delay(with_jitter(delay), 0.0)
+
+
+def _delay(seconds: object, default: float) -> float:
+    """``seconds`` clamped to ``0 .. MAX_DELAY``; ``default`` for NaN or a non-number."""
+    clamped = clamp_delay(seconds)
+    return clamped if clamped is not None else default
 
 
 def _send_outcome(execution: Execution) -> None:
@@ -313,25 +376,28 @@ def _send_outcome(execution: Execution) -> None:
 
 def _error(job: Job, exc: BaseException, *, kind: str | None = None,
            message: str | None = None) -> dict[str, Any]:
+    """The ``job.errors`` entry of a failed attempt: storable on every database, capped."""
+    try:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # a hostile __str__ or __cause__: keep what can be had
+        trace = ""
     return {
         "attempt": job.attempts,
         "at": dt.datetime.now(dt.timezone.utc).isoformat(),
         # when this attempt started: job.started_at is only the latest (TaskResult.started_at)
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "node": job.attempted_by or "",  # who ran this attempt (TaskResult.worker_ids)
-        "kind": kind or f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": message if message is not None else str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "kind": clean_text(kind or error_kind(type(exc)), 255),
+        "message": clean_text(message if message is not None else describe(exc), MAX_MESSAGE),
+        "traceback": clean_text(trace, MAX_TRACEBACK),
     }
 
 
 def _storable(result: Any) -> Any:
+    """The result as stored; ``UnstorableOutcome`` (a failed attempt) when it cannot be."""
     if result is None or conf.result_storage() != "store":
         return None
-    try:
-        return json.loads(json.dumps(result))
-    except (TypeError, ValueError):
-        return None
+    return storable_result(result)
 
 
 def _queue_time(job: Job) -> float:

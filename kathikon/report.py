@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kathikon import conf
-from kathikon.exceptions import InvalidQueue
+from kathikon.exceptions import InvalidQueue, read_kind
 from kathikon.limits import Limits
 from kathikon.limits import merged as merged_limits
 from kathikon.states import JobState
@@ -201,7 +201,7 @@ def failure_summary(*, window: float | dt.timedelta = 24 * 3600, limit: int = 10
     """
     since = window_start(window, now or vendor.now(), what="window")
     rows = reports.failure_rows(since, limit=limit, scan_cap=scan_cap)
-    return [FailureSummary(**row) for row in rows]
+    return [FailureSummary(**{**row, "kind": read_kind(row["kind"])}) for row in rows]
 
 
 def window_start(window: float | dt.timedelta, now: dt.datetime, *, what: str) -> dt.datetime:

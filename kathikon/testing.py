@@ -112,7 +112,9 @@ def drain_queue(queue: str | None = None, *, with_scheduled: bool = False,
         jobs = [job for name in names for job in storage.claim_jobs(name, _CLAIM_LIMIT, NODE)]
         executor = Executor()  # a transaction perform leaves open is rolled back, as in a worker
         for job in jobs:
-            counts[settle([executor.run(job)])[0].kind] += 1
+            execution = settle([executor.run(job)])[0]
+            counts[execution.kind] += 1
+            _interrupt(execution)
         if not jobs or not with_recursion:
             break
     else:
@@ -225,7 +227,16 @@ def run_inline(job: Any) -> Any:
 
     if job.state != JobState.AVAILABLE:
         return job  # scheduled for later: left for drain_queue(with_scheduled=True)
-    return execute_job(storage.claim_job(job.id, NODE)).job
+    execution = execute_job(storage.claim_job(job.id, NODE))
+    _interrupt(execution)
+    return execution.job
+
+
+def _interrupt(execution: Any) -> None:
+    """Ctrl-C still stops a test run: ``KeyboardInterrupt`` from ``perform`` is re-raised, once
+    its failed attempt is recorded (``SystemExit`` and the rest are only recorded)."""
+    if isinstance(execution.exception, KeyboardInterrupt):
+        raise execution.exception
 
 
 class _Criteria:

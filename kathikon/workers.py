@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kathikon.backoff import backoff_seconds
 from kathikon.exceptions import InvalidJob
+from kathikon.storable import valid_delay
 
 if TYPE_CHECKING:
     from kathikon.models import Job
@@ -30,12 +31,16 @@ class Outcome(Exception):
 
 
 class Retry(Outcome):
-    """Fail this attempt and retry with backoff (or die at ``max_attempts``)."""
+    """Fail this attempt and retry with backoff (or die at ``max_attempts``).
+
+    ``in_seconds`` replaces the backoff: a number >= 0 (``ValueError`` for NaN,
+    infinities and anything else), clamped to ``MAX_DELAY`` (365 days).
+    """
 
     def __init__(self, reason: object = "retry requested", *, in_seconds: float | None = None):
         super().__init__(str(reason))
         self.reason = reason
-        self.in_seconds = in_seconds
+        self.in_seconds = None if in_seconds is None else valid_delay(in_seconds, "Retry")
 
 
 class Discard(Outcome):
@@ -47,11 +52,14 @@ class Discard(Outcome):
 
 
 class Snooze(Outcome):
-    """Run again after ``seconds``; the attempt is not counted."""
+    """Run again after ``seconds``; the attempt is not counted.
+
+    ``seconds``: a number >= 0 (``ValueError`` for NaN, infinities and anything
+    else), clamped to ``MAX_DELAY`` (365 days).
+    """
 
     def __init__(self, seconds: float):
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
-            raise ValueError("Snooze needs a number of seconds >= 0")
+        seconds = valid_delay(seconds, "Snooze")
         super().__init__(f"snoozed for {seconds}s")
         self.seconds = seconds
 
@@ -83,7 +91,11 @@ class Worker:
         return cls.timeout
 
     def backoff(self, job: Job) -> float:
-        """Seconds to wait before the next attempt, before jitter."""
+        """Seconds to wait before the next attempt, before jitter.
+
+        Clamped to ``0 .. MAX_DELAY`` (365 days); NaN or a non-number falls back
+        to the default backoff (logged).
+        """
         return backoff_seconds(job.attempts)
 
     @classmethod

@@ -50,11 +50,14 @@ def test_return_value_completes_the_job_and_stores_the_result():
     assert job.errors == []
 
 
-def test_results_are_dropped_when_discarded_or_not_json(settings):
-    assert run(workers.Unserialisable).result is None
-    assert run(workers.Unserialisable).state == "completed"
+def test_a_result_that_is_not_json_fails_the_attempt_unless_results_are_discarded(settings):
+    job = run(workers.Unserialisable)
+    assert (job.state, job.result) == ("retryable", None)
+    assert job.errors[0]["kind"] == "kathikon.UnstorableOutcome"
+    assert "not JSON" in job.errors[0]["message"]
     settings.KATHIKON = {"RESULT_STORAGE": "discard"}
     assert run(workers.Succeed, {"a": 1}).result is None
+    assert run(workers.Unserialisable).state == "completed"  # nothing to store
 
 
 def test_exception_makes_the_job_retryable_with_backoff_and_an_error_entry():
@@ -193,3 +196,54 @@ def test_attempts_count_at_start_so_a_crash_uses_one_up():
     kathikon.insert(workers.Succeed, {})
     (job,) = claim()
     assert kathikon.fetch(job.id).attempts == 1  # before perform ever ran
+
+
+# -- outcomes made storable at the source (issue 10) ----------------------------------------
+
+POISON = "tests.runtime.fault_workers.Poison"
+
+
+@pytest.mark.parametrize(("case", "kind", "text"), [
+    ("nul", "builtins.ValueError", "bad \ufffd byte"),
+    ("surrogate", "builtins.ValueError", "lone \ufffd surrogate"),
+    ("nan", "kathikon.UnstorableOutcome", "not JSON"),
+    ("snooze_inf", "builtins.ValueError", "Snooze needs a finite number of seconds"),
+    ("system_exit", "builtins.SystemExit", "3"),
+    ("keyboard_interrupt", "builtins.KeyboardInterrupt", ""),
+])
+def test_a_poison_outcome_is_recorded_as_a_storable_failed_attempt(case, kind, text):
+    job = run(POISON, {"case": case})
+    assert job.state == "retryable"
+    error = job.errors[0]
+    assert error["kind"] == kind
+    assert text in error["message"]
+    assert "\x00" not in error["traceback"]
+
+
+def test_long_messages_and_tracebacks_are_capped_keeping_head_and_tail():
+    from kathikon.storable import MAX_MESSAGE, MAX_TRACEBACK
+
+    error = run(POISON, {"case": "long"}).errors[0]
+    assert len(error["message"]) <= MAX_MESSAGE and len(error["traceback"]) <= MAX_TRACEBACK
+    assert error["message"].startswith("HEAD") and error["message"].endswith("TAIL")
+    assert error["traceback"].startswith("Traceback") and error["traceback"].endswith("TAIL\n")
+    assert "characters cut" in error["message"]
+
+
+def test_delays_are_clamped_and_a_nan_backoff_falls_back_to_the_default():
+    from kathikon.storable import MAX_DELAY
+
+    job = run(POISON, {"case": "retry_far"})
+    assert job.state == "retryable" and job.errors[0]["message"] == "come back much later"
+    assert _wait(job) == pytest.approx(MAX_DELAY, abs=5)
+    job = run("tests.runtime.fault_workers.InfiniteBackoff")
+    assert job.state == "retryable" and _wait(job) == pytest.approx(MAX_DELAY, abs=5)
+    job = run("tests.runtime.fault_workers.NanBackoff")
+    assert job.state == "retryable" and 9 <= _wait(job) <= 12  # 10 s + jitter: the default
+
+
+def _wait(job) -> float:
+    import datetime as dt
+
+    failed_at = dt.datetime.fromisoformat(job.errors[-1]["at"])
+    return (job.available_at - failed_at).total_seconds()

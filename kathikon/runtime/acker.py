@@ -6,10 +6,16 @@ with one :func:`~kathikon.executor.settle` call (one fenced ``UPDATE`` for all
 completions on PostgreSQL). While a write is in flight the next batch
 collects, so batches grow with the load and an idle worker acks at once.
 
-A failed write is retried with backoff until it is written or fenced off; it
-is never dropped. If the process dies before a flush, those jobs are still
-``running`` under this node and the lifeline rescues them: they run again,
-they are never lost.
+Only what can heal is retried (kathikon.storage.errors): a lost connection,
+a serialization failure, a deadlock, "database is locked" — with backoff,
+until written or fenced off. A permanent error never holds up the batch: its
+jobs are written one by one, and the outcome of a job the database refuses
+for good becomes a failed attempt of kind ``kathikon.UnstorableOutcome``
+(retried by its worker's policy). A write that raises writes nothing, so a
+retry changes nothing twice; signals and batch callbacks follow the write.
+
+If the process dies before a flush, those jobs are still ``running`` under
+this node and the lifeline rescues them: they run again, they are never lost.
 """
 
 from __future__ import annotations
@@ -20,15 +26,18 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TypeVar
 
 from django.db import connections
 
-from kathikon.executor import Execution, settle
-from kathikon.storage import Ack, ack_jobs, vendor
+from kathikon.executor import Execution, announce, record, unstorable
+from kathikon.storage import Ack, Acked, ack_jobs, is_transient, vendor
 
 logger = logging.getLogger("kathikon.runtime")
 
 MAX_BATCH = 2000
+
+T = TypeVar("T")
 
 
 class Acker:
@@ -46,7 +55,8 @@ class Acker:
         self._progress_at = clock()  # the last write, or when work arrived at an idle acker
         self.written = 0  # executions written (not fenced off)
         self.fenced = 0   # executions whose ack matched no row
-        self.failures = 0  # failed write attempts (each retried)
+        self.failures = 0  # failed write attempts
+        self.unstorable = 0  # outcomes the database refused, recorded as failed attempts
         self._executions: list[Execution] = []
         self._releases: list[Ack] = []
         self._in_flight: tuple[list[Execution], list[Ack]] = ([], [])
@@ -150,42 +160,90 @@ class Acker:
 
     def _write(self, executions: list[Execution], releases: list[Ack]) -> None:
         if releases:
-            self._retrying(partial(ack_jobs, releases), f"release of {len(releases)} job(s)")
+            try:
+                self._retrying(lambda: ack_jobs(releases), f"release of {len(releases)} job(s)")
+            except Exception:  # nothing of the user's in a release: a bug, not a job's fault
+                logger.exception("kathikon: releasing %d job(s) failed for good; the lifeline "
+                                 "rescues them once this node stops", len(releases))
         if not executions:
             return
-        failures = self._retrying(partial(settle, executions), f"ack of {len(executions)} job(s)",
-                                  give_up_after=3 if len(executions) > 1 else None)
-        if failures is None:  # the batch keeps failing: one bad row must not block the rest
-            for execution in executions:
-                self._retrying(partial(settle, [execution]), f"ack of job {execution.job.id.hex}")
+        acked = self._record(executions)
         for execution in executions:
             if execution.written:
                 self.written += 1
             else:
                 self.fenced += 1
+        try:
+            announce(executions, acked)
+        except Exception:  # signals and callbacks must never stop acknowledgements
+            logger.exception("kathikon: sending the signals of %d outcome(s) failed",
+                             len(executions))
         if self.on_settled is not None:
             try:
                 self.on_settled(executions)
             except Exception:  # a bookkeeping hook must never stop acknowledgements
                 logger.exception("kathikon: acker callback failed")
 
-    def _retrying(self, write: Callable[[], object], what: str,
-                  give_up_after: int | None = None) -> int | None:
-        """Run ``write`` until it succeeds; the failures, or None after ``give_up_after``."""
+    def _record(self, executions: list[Execution]) -> Acked:
+        """Write the batch; after a permanent error, job by job (replacing what is refused)."""
+        try:
+            return self._retrying(lambda: record(executions),
+                                  f"ack of {len(executions)} job(s)")
+        except Exception as exc:
+            if len(executions) == 1:
+                return self._replace(executions, 0, exc)
+            logger.warning("kathikon: ack of %d jobs failed for good (%s: %s); writing them "
+                           "one by one", len(executions), type(exc).__name__, exc)
+        total = Acked()
+        for index, execution in enumerate(executions):
+            try:
+                acked = self._retrying(partial(record, [execution]),
+                                       f"ack of job {execution.job.id.hex}")
+            except Exception as exc:
+                acked = self._replace(executions, index, exc)
+            total.written |= acked.written
+            total.held |= acked.held
+            total.finished_batches |= acked.finished_batches
+        return total
+
+    def _replace(self, executions: list[Execution], index: int, exc: Exception) -> Acked:
+        """The database refuses this outcome for good: record a failed attempt instead."""
+        execution = executions[index]
+        logger.error("kathikon: the %s outcome of job %s (%s) cannot be stored (%s: %s); "
+                     "recording the attempt as failed (kathikon.UnstorableOutcome)",
+                     execution.kind, execution.job.id.hex, execution.job.worker,
+                     type(exc).__name__, str(exc)[:500])
+        self.unstorable += 1
+        for detail in (True, False):  # without the database's words, as a last resort
+            replacement = unstorable(execution, exc, detail=detail)
+            try:
+                acked = self._retrying(partial(record, [replacement]),
+                                       f"failure of job {execution.job.id.hex}")
+            except Exception as again:
+                exc = again
+                continue
+            executions[index] = replacement
+            return acked
+        logger.error("kathikon: not even the failure of job %s can be stored (%s: %s); it "
+                     "stays running until this node stops and the lifeline rescues it",
+                     execution.job.id.hex, type(exc).__name__, str(exc)[:500])
+        return Acked()
+
+    def _retrying(self, write: Callable[[], T], what: str) -> T:
+        """Run ``write`` until it succeeds, retrying errors that heal; others are raised."""
         failures = 0
         while True:
             try:
-                write()
-                return failures
+                return write()
             except Exception as exc:
                 failures += 1
                 self.failures += 1
+                _reset_connection()
+                if not is_transient(exc):
+                    raise
                 delay = min(0.05 * 2 ** min(failures, 10), self.max_backoff)
                 logger.warning("kathikon: %s failed (%s: %s); retrying in %.2fs", what,
-                               type(exc).__name__, exc, delay)
-                _reset_connection()
-                if give_up_after is not None and failures >= give_up_after:
-                    return None
+                               type(exc).__name__, str(exc)[:500], delay)
                 time.sleep(delay)
 
 

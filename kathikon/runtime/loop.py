@@ -121,7 +121,7 @@ def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
     which is closed when the job ends (not after a timeout: a stuck ORM call
     must not hold the slot; that thread is abandoned like a timed-out sync job).
     """
-    from kathikon.executor import JobTimeout
+    from kathikon.exceptions import JobTimeout
 
     async def guarded() -> Any:
         async with ThreadSensitiveContext() as context:

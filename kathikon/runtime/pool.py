@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from kathikon.exceptions import ExecutorThreadDied
-from kathikon.executor import Execution, Executor, JobTimeout, Plan, fail_job
+from kathikon.exceptions import ExecutorThreadDied, JobTimeout
+from kathikon.executor import Execution, Executor, Plan, fail_job
 from kathikon.models import Job
 from kathikon.runtime.acker import Acker
 from kathikon.states import JobState

@@ -10,8 +10,9 @@ from __future__ import annotations
 from django.core.management import call_command
 
 from kathikon.storage import batches, cron, notify, queues, reports, schema, vendor
-from kathikon.storage.acks import Ack, ack_jobs
+from kathikon.storage.acks import Ack, Acked, ack_jobs, write_acks
 from kathikon.storage.claims import claim_job, claim_jobs, start_job
+from kathikon.storage.errors import is_transient
 from kathikon.storage.events import events_for, record_event, record_events
 from kathikon.storage.inserts import insert_job, insert_jobs
 from kathikon.storage.jobs import (
@@ -75,16 +76,19 @@ def reset() -> None:
 
 
 __all__ = [
-    "Ack", "Rescued", "ack_jobs", "alias", "all", "all_jobs", "batches", "cancel_job", "claim",
+    "Ack", "Acked", "Rescued", "ack_jobs", "alias", "all", "all_jobs", "batches", "cancel_job",
+    "claim",
     "claim_job", "claim_jobs", "clear_jobs", "count_by_state", "count_due_jobs", "cron", "db_now",
     "dead_jobs", "delete", "delete_job",
     "delete_stale_nodes", "ensure_queue", "events_for", "executing_jobs", "fetch", "fetch_job",
     "fetch_node",
-    "heartbeat", "held_jobs", "insert", "insert_job", "insert_jobs", "is_postgres", "job_pk",
+    "heartbeat", "held_jobs", "insert", "insert_job", "insert_jobs", "is_postgres",
+    "is_transient", "job_pk",
     "live_nodes", "mark_node_stopped", "mark_node_stopping", "notify", "paused_queues",
     "promote_scheduled", "prune_jobs", "queue_rows", "queues", "record_event", "record_events",
     "register_node", "reports", "rerun_job", "rescue_jobs", "reset", "retry_job", "schema",
     "set_all_paused",
     "set_node_queues", "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job",
     "vendor",
+    "write_acks",
 ]

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kathikon.models import Job
-from kathikon.states import EXECUTING_STATES, JobState
-from kathikon.storage import notify, vendor
+from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
+from kathikon.storage import batches, notify, vendor
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
@@ -33,6 +33,17 @@ class Ack:
     delay: float = 0.0  # seconds until available again (retryable, scheduled)
     restore_attempt: bool = False  # snoozed or released: the attempt does not count
     fields: dict[str, Any] = field(default_factory=dict)
+    #: completed, but opened a batch in ``perform``: stays ``running`` while one is open
+    hold_parent: bool = False
+
+
+@dataclass(slots=True)
+class Acked:
+    """What one :func:`write_acks` wrote; the caller sends signals and callbacks from it."""
+
+    written: set[uuid.UUID] = field(default_factory=set)  # held parents included
+    held: set[uuid.UUID] = field(default_factory=set)  # parents kept running for their batch
+    finished_batches: set[uuid.UUID] = field(default_factory=set)  # a child reached an end
 
 
 _KEY = key_after_sql(JobState.COMPLETED, "j")  # frees unique keys not held once completed
@@ -57,36 +68,68 @@ RETURNING j.id
 
 def ack_jobs(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> set[uuid.UUID]:
     """Write the outcomes in one transaction; returns the ids written (the rest were fenced off)."""
+    return write_acks(acks, now=now).written
+
+
+def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
+    """Write the outcomes in one transaction, holding batch parents in the same one.
+
+    Writes nothing when it raises, so the caller may simply try again; the
+    jobs are updated in memory only once the transaction has committed.
+    """
+    acked = Acked()
     if not acks:
-        return set()
+        return acked
     now = now or vendor.now()
-    completed = [ack for ack in acks if ack.state == JobState.COMPLETED and not ack.fields]
-    others = [ack for ack in acks if not (ack.state == JobState.COMPLETED and not ack.fields)]
-    written: set[uuid.UUID] = set()
-    if completed and not others and vendor.is_postgres():
+    holding = [ack for ack in acks if ack.hold_parent and ack.state == JobState.COMPLETED]
+    completed = [ack for ack in acks if _plain_completion(ack) and not ack.hold_parent]
+    others = [ack for ack in acks if not _plain_completion(ack) and not ack.hold_parent]
+    held: dict[uuid.UUID, dict[str, Any]] = {}
+    if completed and not others and not holding and vendor.is_postgres():
         # The common batch: one UPDATE, atomic on its own, so no BEGIN/COMMIT round trips.
-        written = _complete_postgres(completed, now)
-        for ack in completed:
-            if ack.job.id in written:
-                _apply_locally(ack, now)
-        return written
-    with vendor.atomic():
-        if completed and vendor.is_postgres():
-            written |= _complete_postgres(completed, now)
-        elif sum(1 for ack in completed if ack.result is None) > 1:
-            written |= _complete_locking([ack for ack in completed if ack.result is None], now)
-            others = [ack for ack in completed if ack.result is not None] + others
-        else:
-            others = completed + others
-        for ack in others:
-            if _write_one(ack, now):
-                written.add(ack.job.id)
-        woken = {ack.job.queue for ack in acks
-                 if ack.job.id in written and ack.state == JobState.AVAILABLE}
-        notify.notify(notify.AVAILABLE, woken)
+        acked.written = _complete_postgres(completed, now)
+    else:
+        with vendor.atomic():
+            for ack in holding:  # lock order: the parent's row, then its batches
+                changes = batches.hold_parent(ack.job, ack.result)
+                if changes is None:
+                    completed.append(ack)  # its batches are closed by now: complete it
+                else:
+                    held[ack.job.id] = changes
+            acked.written = _write(completed, others, now)
+            woken = {ack.job.queue for ack in acks
+                     if ack.job.id in acked.written and ack.state == JobState.AVAILABLE}
+            notify.notify(notify.AVAILABLE, woken)
+    acked.held = set(held)
+    acked.written |= acked.held
     for ack in acks:
-        if ack.job.id in written:
+        if ack.job.id in held:
+            for name, value in held[ack.job.id].items():
+                setattr(ack.job, name, value)
+        elif ack.job.id in acked.written:
             _apply_locally(ack, now)
+            if ack.job.batch_id is not None and ack.state in TERMINAL_STATES:
+                acked.finished_batches.add(ack.job.batch_id)
+    return acked
+
+
+def _plain_completion(ack: Ack) -> bool:
+    return ack.state == JobState.COMPLETED and not ack.fields
+
+
+def _write(completed: list[Ack], others: list[Ack], now: dt.datetime) -> set[uuid.UUID]:
+    """Inside the transaction: the completions in bulk where possible, the rest one by one."""
+    written: set[uuid.UUID] = set()
+    if completed and vendor.is_postgres():
+        written |= _complete_postgres(completed, now)
+    elif sum(1 for ack in completed if ack.result is None) > 1:
+        written |= _complete_locking([ack for ack in completed if ack.result is None], now)
+        others = [ack for ack in completed if ack.result is not None] + others
+    else:
+        others = completed + others
+    for ack in others:
+        if _write_one(ack, now):
+            written.add(ack.job.id)
     return written
 
 

@@ -7,8 +7,8 @@ two nodes whose last children finish at the same instant, one UPDATE matches
 the row and the other (blocked on its lock, then re-checked) matches nothing.
 
 Lock order, where a batch has a parent job: the parent's job row first, then
-the batch row — ``close`` and the executor's "hold the parent" path both
-follow it, so they serialise instead of deadlocking.
+the batch row — ``close`` and the ack's "hold the parent" path both follow
+it, so they serialise instead of deadlocking.
 """
 
 from __future__ import annotations
@@ -130,23 +130,21 @@ def set_callback(batch: Batch, job_id: uuid.UUID) -> None:
     batch.callback_job_id = job_id
 
 
-def hold_parent(job: Job, result: Any) -> bool:
+def hold_parent(job: Job, result: Any) -> dict[str, Any] | None:
     """Keep a parent that has performed ``running`` while a batch of it is open.
 
-    Fenced like an ack (same lease, still executing); stores the result now and
-    marks the row so ``close`` knows the parent has finished performing.
-    Returns False when no batch of the parent is open any more (ack it normally).
+    Runs inside the ack's transaction. Fenced like an ack (same lease, still
+    executing); stores the result now and marks the row so ``close`` knows the
+    parent has finished performing. Returns the fields written, or ``None`` when
+    no batch of the parent is open any more (ack it normally) or the ack is fenced.
     """
-    with vendor.atomic():
-        lock_job(job.id)
-        if not has_open_batch(job.id):
-            return False
-        meta = {**job.meta, AWAITING: True}
-        updated = _jobs().filter(id=job.id, lease=job.lease, state__in=EXECUTING_STATES).update(
-            result=result, meta=meta)
-        if updated:
-            job.result, job.meta = result, meta
-        return bool(updated)
+    lock_job(job.id)
+    if not has_open_batch(job.id):
+        return None
+    changes = {"result": result, "meta": {**job.meta, AWAITING: True}}
+    updated = _jobs().filter(id=job.id, lease=job.lease, state__in=EXECUTING_STATES).update(
+        **changes)
+    return changes if updated else None
 
 
 def complete_held_parent(parent_job_id: uuid.UUID, now: dt.datetime) -> Job | None:

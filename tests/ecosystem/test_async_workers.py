@@ -40,7 +40,7 @@ def test_async_timeout_fails_the_attempt_and_follows_the_retry_policy(db, insert
     assert drain_queue() == DrainResult(failed=1)
     assert time.monotonic() - started < 5
     job = kathikon.fetch(job.id)
-    assert (job.state, job.errors[0]["kind"]) == ("retryable", "kathikon.executor.JobTimeout")
+    assert (job.state, job.errors[0]["kind"]) == ("retryable", "kathikon.JobTimeout")
     assert drain_queue(with_scheduled=True) == DrainResult(failed=1)
     assert kathikon.fetch(job.id).state == "dead"
 

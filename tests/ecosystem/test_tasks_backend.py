@@ -157,7 +157,7 @@ def test_an_async_task_timeout_fails_the_attempt(db):
     assert drain_queue().failed == 1
     result.refresh()
     assert result.status == Status.FAILED
-    assert result.errors[0].exception_class_path == "kathikon.executor.JobTimeout"
+    assert result.errors[0].exception_class_path == "kathikon.JobTimeout"
 
 
 @pytest.mark.parametrize("task", [tasks.slow_sync, tasks.slow_async], ids=["sync", "async"])

@@ -50,6 +50,29 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
+def connection_lost() -> Exception:
+    """What Django raises when the connection drops mid-write, as each driver reports it
+    (SQLite: its writer lock instead; it has no connection to lose)."""
+    from django.db import OperationalError
+
+    cause: Exception
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        cause = psycopg.OperationalError("server closed the connection unexpectedly")
+    elif connection.vendor == "mysql":
+        import MySQLdb
+
+        cause = MySQLdb.OperationalError(2013, "Lost connection to server during query")
+    else:
+        import sqlite3
+
+        cause = sqlite3.OperationalError("database is locked")
+    error = OperationalError(*cause.args)
+    error.__cause__ = cause
+    return error
+
+
 class WorkerProcess:
     """One ``kathikon_worker`` subprocess (its own process group) and its log file."""
 

@@ -110,7 +110,7 @@ def test_worker_timeout_fails_the_attempt_and_frees_the_slot(worker_processes):
     assert worker.wait(15) == 0, worker.log()
     hangs = kathikon.fetch(hangs.id)
     assert hangs.state == "dead" and hangs.attempts == 2
-    assert [e["kind"] for e in hangs.errors] == ["kathikon.executor.JobTimeout"] * 2
+    assert [e["kind"] for e in hangs.errors] == ["kathikon.JobTimeout"] * 2
     assert hangs.result is None  # the abandoned thread's late outcome was discarded
     assert kathikon.fetch(after.id).state == "completed"
     assert "timed out after 0.5s" in worker.log()

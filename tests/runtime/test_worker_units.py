@@ -6,11 +6,10 @@ import threading
 
 import pytest
 from django.core.management.base import CommandError
-from django.db import OperationalError
 
 import kathikon
 from kathikon import storage
-from kathikon.executor import run_job, settle
+from kathikon.executor import record, run_job, settle
 from kathikon.management.commands.kathikon_worker import parse_queues
 from kathikon.models import Job, Node
 from kathikon.runtime import acker as acker_module
@@ -19,7 +18,7 @@ from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.worker import WorkerProcess
 from tests import workers
 
-from .conftest import wait_until
+from .conftest import connection_lost, wait_until
 
 NODE = "unit-node"
 
@@ -48,13 +47,13 @@ def test_worker_acker_writes_a_burst_of_completions_in_few_batches(transactional
     first_call = threading.Event()
     release = threading.Event()
 
-    def recording_settle(batch):
+    def recording_record(batch):
         batches.append(len(batch))
         first_call.set()
         release.wait(5)  # hold the first write until every execution was handed over
-        return settle(batch)
+        return record(batch)
 
-    monkeypatch.setattr(acker_module, "settle", recording_settle)
+    monkeypatch.setattr(acker_module, "record", recording_record)
     acker = Acker().start()
     acker.add(executions[0])
     assert first_call.wait(5)
@@ -73,13 +72,13 @@ def test_worker_acker_retries_a_failed_write_until_it_succeeds(transactional_db,
     (execution,) = [run_job(job) for job in claim_all()]
     calls = []
 
-    def flaky_settle(batch):
+    def flaky_record(batch):
         calls.append(len(batch))
         if len(calls) <= 2:
-            raise OperationalError("server closed the connection unexpectedly")
-        return settle(batch)
+            raise connection_lost()
+        return record(batch)
 
-    monkeypatch.setattr(acker_module, "settle", flaky_settle)
+    monkeypatch.setattr(acker_module, "record", flaky_record)
     acker = Acker(max_backoff=0.05).start()
     acker.add(execution)
     assert acker.flush(10)
@@ -146,7 +145,7 @@ def test_worker_dispatcher_times_out_a_sync_job_and_replaces_its_thread(transact
         assert acker.flush(5)
         job = kathikon.fetch(hangs.id)
         assert job.state in ("retryable", "running", "dead")  # retried at once (backoff 0)
-        assert job.errors[0]["kind"] == "kathikon.executor.JobTimeout"
+        assert job.errors[0]["kind"] == "kathikon.JobTimeout"
     finally:
         dispatcher.stop_claiming()
         dispatcher.join(5)
