@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from django.db import connections
 
+from kathikon.backoff import failure_delay
 from kathikon.executor import Execution, announce, record, unstorable
 from kathikon.storage import Ack, Acked, ack_jobs, is_transient, vendor
 
@@ -238,21 +239,11 @@ class Acker:
             except Exception as exc:
                 failures += 1
                 self.failures += 1
-                _reset_connection()
+                vendor.reset_connection()
                 if not is_transient(exc):
                     raise
-                delay = min(0.05 * 2 ** min(failures, 10), self.max_backoff)
+                delay = failure_delay(failures, base=0.05, cap=self.max_backoff)
                 logger.warning("kathikon: %s failed (%s: %s); retrying in %.2fs", what,
                                type(exc).__name__, str(exc)[:500], delay)
                 time.sleep(delay)
 
-
-def _reset_connection() -> None:
-    """A broken connection stays broken: close it so the next write reconnects."""
-    try:
-        connection = vendor.connection()
-        if connection.in_atomic_block:
-            return  # never the case on the acker thread; be safe anyway
-        connection.close()
-    except Exception:
-        logger.debug("closing the broken connection failed", exc_info=True)

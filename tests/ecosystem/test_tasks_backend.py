@@ -151,6 +151,23 @@ def test_takes_context_sees_the_attempt_number(db):
     assert done.errors[0].exception_class_path == "builtins.RuntimeError"
 
 
+def test_a_timeout_recorded_under_the_old_kind_still_reads_as_job_timeout(db):
+    from kathikon.models import Job
+
+    result = tasks.slow_sync.enqueue(3)
+    legacy = {"attempt": 1, "at": "2026-01-01T00:00:00+00:00", "node": "old-node",
+              "kind": "kathikon.executor.JobTimeout", "message": "timed out after 0.3s",
+              "traceback": ""}
+    Job.objects.filter(id=result.id).update(state="dead", attempts=1, errors=[legacy],
+                                            completed_at=timezone.now())
+    result.refresh()
+    assert result.errors[0].exception_class_path == "kathikon.JobTimeout"
+    assert result.errors[0].exception_class is kathikon.JobTimeout
+    from kathikon.report import failure_summary
+
+    assert [f.kind for f in failure_summary(window=10**9)] == ["kathikon.JobTimeout"]
+
+
 def test_an_async_task_timeout_fails_the_attempt(db):
     result = tasks.slow_async.enqueue(3)
     assert kathikon.fetch(result.id).meta["timeout"] == 0.3
@@ -176,7 +193,7 @@ def test_the_worker_runtime_enforces_task_timeouts(transactional_db, task):
                    message="the timed-out task recorded")
         result.refresh()
         assert result.status == Status.FAILED
-        assert result.errors[0].exception_class_path == "kathikon.executor.JobTimeout"
+        assert result.errors[0].exception_class_path == "kathikon.JobTimeout"
     finally:
         dispatcher.stop_claiming()
         dispatcher.join(5)

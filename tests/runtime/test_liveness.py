@@ -6,7 +6,7 @@ import threading
 
 import kathikon
 from kathikon import storage
-from kathikon.executor import run_job, settle
+from kathikon.executor import record, run_job
 from kathikon.runtime import acker as acker_module
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.worker import WorkerProcess
@@ -28,12 +28,12 @@ def test_acker_stalled_for_counts_from_work_arriving_to_a_write(transactional_db
     first, second = [run_job(job) for job in storage.claim_jobs("default", 2, NODE)]
     entered, release = threading.Event(), threading.Event()
 
-    def blocked_settle(batch):
+    def blocked_record(batch):
         entered.set()
         release.wait(10)  # a write blocked on a row lock
-        return settle(batch)
+        return record(batch)
 
-    monkeypatch.setattr(acker_module, "settle", blocked_settle)
+    monkeypatch.setattr(acker_module, "record", blocked_record)
     clock = Clock()
     acker = Acker(clock=clock).start()
     try:
