@@ -32,7 +32,6 @@ class Ack:
     error: dict[str, Any] | None = None
     delay: float = 0.0  # seconds until available again (retryable, scheduled)
     restore_attempt: bool = False  # snoozed or released: the attempt does not count
-    fields: dict[str, Any] = field(default_factory=dict)
     #: completed, but opened a batch in ``perform``: stays ``running`` while one is open
     hold_parent: bool = False
 
@@ -82,8 +81,10 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
         return acked
     now = now or vendor.now()
     holding = [ack for ack in acks if ack.hold_parent and ack.state == JobState.COMPLETED]
-    completed = [ack for ack in acks if _plain_completion(ack) and not ack.hold_parent]
-    others = [ack for ack in acks if not _plain_completion(ack) and not ack.hold_parent]
+    completed = [ack for ack in acks
+                 if ack.state == JobState.COMPLETED and not ack.hold_parent]
+    others = [ack for ack in acks
+              if ack.state != JobState.COMPLETED and not ack.hold_parent]
     held: dict[uuid.UUID, dict[str, Any]] = {}
     if completed and not others and not holding and vendor.is_postgres():
         # The common batch: one UPDATE, atomic on its own, so no BEGIN/COMMIT round trips.
@@ -111,10 +112,6 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
             if ack.job.batch_id is not None and ack.state in TERMINAL_STATES:
                 acked.finished_batches.add(ack.job.batch_id)
     return acked
-
-
-def _plain_completion(ack: Ack) -> bool:
-    return ack.state == JobState.COMPLETED and not ack.fields
 
 
 def _write(completed: list[Ack], others: list[Ack], now: dt.datetime) -> set[uuid.UUID]:
@@ -170,7 +167,7 @@ def _complete_locking(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
 
 def _changes(ack: Ack, now: dt.datetime) -> dict[str, Any]:
     job = ack.job
-    changes: dict[str, Any] = {"state": ack.state, **ack.fields}
+    changes: dict[str, Any] = {"state": ack.state}
     if ack.state == JobState.COMPLETED:
         changes.update(completed_at=now, result=ack.result)
     elif ack.state in (JobState.DEAD, JobState.CANCELLED):
