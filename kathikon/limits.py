@@ -34,15 +34,21 @@ class Limits:
     partition_limit: int | None = None
     rate_allowed: int | None = None
     rate_period: float | None = None
+    rate_by: str | None = None  # the rate limit counts per partition key ("worker", "args.<key>")
 
     def __bool__(self) -> bool:
         return bool(self.global_limit or self.partition_by or self.rate_allowed)
 
     @property
+    def key_by(self) -> str | None:
+        """The partition key of the queue (concurrency or rate partitions), or None."""
+        return self.partition_by or self.rate_by
+
+    @property
     def partition_arg(self) -> str | None:
         """The args key partitions are read from, or None (by worker, or not partitioned)."""
-        if self.partition_by and self.partition_by.startswith("args."):
-            return self.partition_by[5:]
+        if self.key_by and self.key_by.startswith("args."):
+            return self.key_by[5:]
         return None
 
     def as_options(self) -> dict[str, Any]:
@@ -53,6 +59,8 @@ class Limits:
             options["partition"] = {"by": self.partition_by, "limit": self.partition_limit}
         if self.rate_allowed:
             options["rate_limit"] = {"allowed": self.rate_allowed, "period": self.rate_period}
+            if self.rate_by:
+                options["rate_limit"]["by"] = self.rate_by
         return options
 
 
@@ -68,17 +76,24 @@ def parse(options: dict[str, Any]) -> Limits:
             raise InvalidQueue('partition must be {"by": "worker" or "args.<key>", '
                                f'"limit": n}}, not {partition!r}')
         by, limit = partition.get("by"), partition.get("limit", 1)
-        if not (by == "worker" or (isinstance(by, str) and _ARG_KEY.match(by))):
+        if not _key_by(by):
             raise InvalidQueue(f"partition by must be 'worker' or 'args.<key>' (a name of "
                                f"letters, digits and '_'), not {by!r}")
         if not _positive_int(limit):
             raise InvalidQueue(f"partition limit must be an int >= 1, not {limit!r}")
     rate = options.get("rate_limit")
-    allowed = period = None
+    allowed = period = rate_by = None
     if rate is not None:
-        if not isinstance(rate, dict) or set(rate) - {"allowed", "period"}:
-            raise InvalidQueue('rate_limit must be {"allowed": n, "period": seconds}, '
-                               f"not {rate!r}")
+        if not isinstance(rate, dict) or set(rate) - {"allowed", "period", "by"}:
+            raise InvalidQueue('rate_limit must be {"allowed": n, "period": seconds} (and '
+                               f'optionally "by"), not {rate!r}')
+        rate_by = rate.get("by")
+        if rate_by is not None and not _key_by(rate_by):
+            raise InvalidQueue(f"rate_limit by must be 'worker' or 'args.<key>' (a name of "
+                               f"letters, digits and '_'), not {rate_by!r}")
+        if rate_by is not None and by is not None and rate_by != by:
+            raise InvalidQueue(f"rate_limit by {rate_by!r} and partition by {by!r} differ: a "
+                               "queue has one partition key")
         allowed, period = rate.get("allowed"), rate.get("period", 1)
         if not _positive_int(allowed):
             raise InvalidQueue(f"rate_limit allowed must be an int >= 1, not {allowed!r}")
@@ -88,7 +103,7 @@ def parse(options: dict[str, Any]) -> Limits:
                                f"not {period!r}")
         period = float(period)
     return Limits(global_limit=global_limit, partition_by=by, partition_limit=limit,
-                  rate_allowed=allowed, rate_period=period)
+                  rate_allowed=allowed, rate_period=period, rate_by=rate_by)
 
 
 def merged(settings: dict[str, Any], override: dict[str, Any] | None) -> Limits:
@@ -96,6 +111,10 @@ def merged(settings: dict[str, Any], override: dict[str, Any] | None) -> Limits:
     options = {key: settings.get(key) for key in LIMIT_KEYS}
     options.update({key: value for key, value in (override or {}).items() if key in LIMIT_KEYS})
     return parse(options)
+
+
+def _key_by(value: Any) -> bool:
+    return value == "worker" or (isinstance(value, str) and bool(_ARG_KEY.match(value)))
 
 
 def _positive_int(value: Any) -> bool:

@@ -18,7 +18,8 @@ from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import parse as parse_limits
 from kathikon.states import CLAIMABLE_STATES, TERMINAL_STATES, JobState
 
-__all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue"]
+__all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue",
+           "RateWindow"]
 
 
 class Job(models.Model):
@@ -187,6 +188,26 @@ class Queue(models.Model):
             parse_limits(self.limits)
         except InvalidQueue as exc:
             raise ValidationError({"limits": str(exc)}) from None
+
+
+class RateWindow(models.Model):
+    """Starts counted in the current rate-limit window of one partition of a queue.
+
+    Only for rate limits counted per partition key (``rate_limit`` with ``by``);
+    written under the queue row's lock by the limited claim.
+    """
+
+    queue = models.CharField(max_length=63)
+    partition_key = models.CharField(max_length=255)
+    window_start = models.DateTimeField()
+    starts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "partition_key"],
+                                               name="kathikon_ratewindow_key")]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.partition_key}: {self.starts} since {self.window_start}"
 
 
 class Node(models.Model):

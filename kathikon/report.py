@@ -82,7 +82,9 @@ class QueueSummary:
             parts.append(f"{partition['limit']} per {partition['by']} "
                          f"({len(self.partitions)} busy, {full} full)")
         rate = self.limits.get("rate_limit")
-        if rate:
+        if rate and rate.get("by"):
+            parts.append(f"rate {rate['allowed']}/{rate['period']:g}s per {rate['by']}")
+        elif rate:
             parts.append(f"rate {self.rate_left} left of {rate['allowed']}/{rate['period']:g}s")
         return "; ".join(parts)
 
@@ -171,7 +173,8 @@ def queue_summary(now: dt.datetime | None = None, *,
             estimated=tuple(sorted(estimated.get(name, ()))),
             limits=flow.as_options() if flow else {},
             partitions=limited.partition_use(name, flow),
-            rate_left=(flow.rate_allowed - rate_used) if flow.rate_allowed else None,
+            rate_left=(flow.rate_allowed - rate_used) if flow.rate_allowed and not flow.rate_by
+            else None,
         ))
     return summaries
 

@@ -120,7 +120,7 @@ def as_unique(value: Any) -> Unique | None:
     if value is None or value is False:
         return None
     if value is True:
-        return Unique()
+        return _DEFAULT
     if isinstance(value, Unique):
         return value
     if isinstance(value, dict):
@@ -130,6 +130,9 @@ def as_unique(value: Any) -> Unique | None:
             raise InvalidJob(f"unique: {exc}", key="unique") from None
     raise InvalidJob(f"unique must be a kathikon.Unique, a dict or True, not {value!r}",
                      key="unique")
+
+
+_DEFAULT = Unique()
 
 
 def holds(state_bits: int | None, state: str) -> bool:

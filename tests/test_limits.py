@@ -176,3 +176,29 @@ def test_concurrent_limited_claims_never_exceed_the_global_limit(concurrent_db):
     assert max(peak) <= 5
     assert Job.objects.filter(state="running").count() <= 5
     assert storage.count_by_state()["completed"] > 0
+
+
+def test_a_rate_limit_per_partition_counts_each_key_in_its_own_window():
+    kathikon.insert_many([(workers.ReturnsNothing, {"api_key": key, "i": i})
+                          for i in range(5) for key in ("a", "b")])
+    limits = parse({"rate_limit": {"allowed": 2, "period": 60, "by": "args.api_key"}})
+    start = window_start(timezone.now(), 60) + dt.timedelta(seconds=60)
+    first = claim_limited_jobs("default", 10, "n1", limits, now=start + dt.timedelta(seconds=1))
+    assert sorted(job.args["api_key"] for job in first.jobs) == ["a", "a", "b", "b"]
+    assert first.held_by == "rate_limit"
+    settle([run_job(job) for job in first.jobs])  # finishing frees no budget
+    again = claim_limited_jobs("default", 10, "n2", limits, now=start + dt.timedelta(seconds=30))
+    assert (again.jobs, again.held_by) == ([], "rate_limit")
+    later = claim_limited_jobs("default", 10, "n2", limits, now=start + dt.timedelta(seconds=61))
+    assert sorted(job.args["api_key"] for job in later.jobs) == ["a", "a", "b", "b"]
+    from kathikon.models import RateWindow
+    assert sorted((w.partition_key, w.starts) for w in RateWindow.objects.all()) == [
+        ("a", 2), ("b", 2)]
+
+
+def test_a_rate_partition_and_a_concurrency_partition_share_one_key():
+    with pytest.raises(kathikon.InvalidQueue, match="one partition key"):
+        parse({"partition": {"by": "worker"}, "rate_limit": {"allowed": 1, "by": "args.k"}})
+    both = parse({"partition": {"by": "args.k", "limit": 1},
+                  "rate_limit": {"allowed": 5, "period": 1, "by": "args.k"}})
+    assert both.key_by == "args.k" and both.as_options()["rate_limit"]["by"] == "args.k"

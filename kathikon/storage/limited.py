@@ -31,7 +31,7 @@ from typing import Any
 from django.db.models import F
 
 from kathikon.limits import Limits
-from kathikon.models import Job, Queue
+from kathikon.models import Job, Queue, RateWindow
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
 from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
@@ -67,7 +67,7 @@ def claim_limited_jobs(queue: str, limit: int, node: str, limits: Limits, *,
     if limit <= 0:
         return Claimed([])
     for _ in range(3):
-        if vendor.is_postgres() and not limits.partition_by:
+        if vendor.is_postgres() and not limits.key_by:
             claimed = _claim_postgres(queue, limit, node, limits, into, now)
             if claimed is not None:
                 return claimed
@@ -94,23 +94,34 @@ def _claim_locked(row: Queue, limit: int, node: str, limits: Limits, into: str,
         executing = _jobs().filter(queue=queue, state__in=EXECUTING_STATES).count()
         if limits.global_limit - executing < budget:
             budget, held_by = max(0, limits.global_limit - executing), "global_limit"
-    window, used = None, 0
-    if limits.rate_allowed and limits.rate_period:
+    window, used, partition_window = None, 0, None
+    if limits.rate_allowed and limits.rate_period and limits.rate_by:
+        partition_window = window_start(clock, limits.rate_period)
+        if row.rate_window != partition_window:  # a new window: forget the old counts
+            RateWindow.objects.using(using).filter(
+                queue=queue, window_start__lt=partition_window).delete()
+            Queue.objects.using(using).filter(name=queue).update(
+                rate_window=partition_window, rate_count=0)
+    elif limits.rate_allowed and limits.rate_period:
         window = window_start(clock, limits.rate_period)
         used = row.rate_count if row.rate_window == window else 0
         if limits.rate_allowed - used < budget:
             budget, held_by = max(0, limits.rate_allowed - used), "rate_limit"
     if budget <= 0:
         return Claimed([], held_by if _any_due(queue, clock) else None)
-    jobs, more = _pick(queue, budget, limits, clock)
+    jobs, more, keys = _pick(queue, budget, limits, clock, partition_window)
     if len(jobs) >= limit:
         held_by = None
-    elif held_by or limits.partition_by:  # short: a limit, or just no more due jobs?
+    elif held_by or limits.key_by:  # short: a limit, or just no more due jobs?
         if more is None:
             more = _any_due(queue, clock, besides=[job.id for job in jobs])
-        held_by = (held_by or "partition") if more else None
+        held_by = (held_by or ("partition" if limits.partition_by else "rate_limit")
+                   if more else None)
     if not jobs:
         return Claimed([], held_by)
+    if partition_window is not None:
+        _count_partition_starts(queue, partition_window,
+                                [keys[job.id] for job in jobs if job.id in keys])
     _jobs().filter(id__in=[job.id for job in jobs]).update(
         state=into, attempts=F("attempts") + 1, started_at=clock, attempted_by=node,
         lease=F("lease") + 1, unique_key=key_after(into))
@@ -212,7 +223,7 @@ def queue_usage(queue: str, limits: Limits, now: dt.datetime | None = None) -> U
 
 def partition_use(queue: str, limits: Limits) -> dict[str, int]:
     """Partition key → executing jobs of ``queue`` (empty unless it is partitioned)."""
-    if not limits.partition_by:
+    if not limits.key_by:
         return {}
     sql = (f"SELECT {_partition_sql(limits)}, COUNT(*) FROM kathikon_job "
            f"WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY 1")
@@ -248,25 +259,45 @@ def _any_due(queue: str, clock: dt.datetime, besides: list[uuid.UUID] | None = N
     return bool(query.exists())
 
 
-def _pick(queue: str, budget: int, limits: Limits,
-          clock: dt.datetime) -> tuple[list[Job], bool | None]:
-    """Up to ``budget`` due jobs in claim order, locked (rows others hold are skipped), and
-    whether due jobs were passed over (None: not known without another query)."""
+def _pick(queue: str, budget: int, limits: Limits, clock: dt.datetime,
+          partition_window: dt.datetime | None
+          ) -> tuple[list[Job], bool | None, dict[uuid.UUID, str]]:
+    """Up to ``budget`` due jobs in claim order, locked (rows others hold are skipped),
+    whether due jobs were passed over (None: not known without another query), and each
+    picked job's partition key (partitioned queues)."""
     locking = vendor.vendor() != "sqlite"
-    if limits.partition_by:
-        ranked, more = _rank_partitions(queue, budget, limits, clock)
+    if limits.key_by:
+        ranked, more = _rank_partitions(queue, budget, limits, clock, partition_window)
         if not ranked:
-            return [], (True if more else None)
-        query = _jobs().filter(id__in=ranked, state__in=CLAIMABLE_STATES)
+            return [], (True if more else None), {}
+        query = _jobs().filter(id__in=list(ranked), state__in=CLAIMABLE_STATES)
         if locking:
             query = query.select_for_update(skip_locked=True)
         found = {job.id: job for job in query}
-        return [found[pk] for pk in ranked if pk in found], (more or None)
+        return [found[pk] for pk in ranked if pk in found], (more or None), ranked
     query = (_jobs().filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=clock)
              .order_by("-priority", "available_at"))
     if locking:
         query = query.select_for_update(skip_locked=True)
-    return list(query[:budget]), None
+    return list(query[:budget]), None, {}
+
+
+def _count_partition_starts(queue: str, window: dt.datetime, keys: list[str]) -> None:
+    """Add the claimed jobs' starts to their partitions' counts (under the queue lock)."""
+    rows = RateWindow.objects.using(vendor.alias())
+    claimed: dict[str, int] = {}
+    for key in keys:
+        claimed[key] = claimed.get(key, 0) + 1
+    known = {row.partition_key: row for row in rows.filter(queue=queue,
+                                                           partition_key__in=list(claimed))}
+    updated = [RateWindow(queue=queue, partition_key=key, window_start=window,
+                          starts=n + (known[key].starts if key in known
+                                      and known[key].window_start == window else 0))
+               for key, n in claimed.items()]
+    target: dict[str, Any] = ({"unique_fields": ["queue", "partition_key"]}
+              if vendor.connection().features.supports_update_conflicts_with_target else {})
+    rows.bulk_create(updated, update_conflicts=True, update_fields=["window_start", "starts"],
+                     **target)
 
 
 def _partition_sql(limits: Limits) -> str:
@@ -276,20 +307,37 @@ def _partition_sql(limits: Limits) -> str:
         return "worker"
     kind = vendor.vendor()
     if kind == "postgresql":
-        return f"COALESCE(args->>'{key}', '')"
+        return f"SUBSTR(COALESCE(args->>'{key}', ''), 1, 255)"
     if kind == "sqlite":
-        return f"COALESCE(CAST(json_extract(args, '$.{key}') AS TEXT), '')"
-    return f"COALESCE(JSON_UNQUOTE(JSON_EXTRACT(args, '$.{key}')), '')"
+        return f"SUBSTR(COALESCE(CAST(json_extract(args, '$.{key}') AS TEXT), ''), 1, 255)"
+    return f"SUBSTR(COALESCE(JSON_UNQUOTE(JSON_EXTRACT(args, '$.{key}')), ''), 1, 255)"
 
 
-def _rank_partitions(queue: str, budget: int, limits: Limits,
-                     clock: dt.datetime) -> tuple[list[uuid.UUID], bool]:
-    """The due ids a partitioned claim may take, in claim order (at most ``budget``), and
-    whether the candidate window held more due jobs than that."""
+def _rank_partitions(queue: str, budget: int, limits: Limits, clock: dt.datetime,
+                     partition_window: dt.datetime | None
+                     ) -> tuple[dict[uuid.UUID, str], bool]:
+    """The due ids a partitioned claim may take, in claim order (at most ``budget``) with
+    their partition keys, and whether the candidate window held more due jobs than that.
+
+    A partition takes at most its concurrency limit minus its executing jobs and, with a
+    rate limit per partition, the starts left in its window.
+    """
     part = _partition_sql(limits)
-    per = int(limits.partition_limit or 1)
+    per = int(limits.partition_limit or 2**31 - 1)
+    connection = vendor.connection()
+    stamp = connection.ops.adapt_datetimefield_value(clock)
+    allowance, rate_join, rate_full, rate_params = "%s - COALESCE(r.n, 0)", "", "", []
+    if partition_window is not None:
+        least = "MIN" if vendor.vendor() == "sqlite" else "LEAST"
+        allowance = f"{least}(%s - COALESCE(r.n, 0), %s - COALESCE(u.n, 0))"
+        window = connection.ops.adapt_datetimefield_value(partition_window)
+        rate_join = ("LEFT JOIN (SELECT partition_key AS p, starts AS n FROM kathikon_ratewindow "
+                     "WHERE queue = %s AND window_start = %s) AS u ON u.p = c.p")
+        rate_full = (f"AND {part} NOT IN (SELECT partition_key FROM kathikon_ratewindow "
+                     "WHERE queue = %s AND window_start = %s AND starts >= %s)")
+        rate_params = [queue, window, limits.rate_allowed]
     sql = f"""
-    SELECT c.id, CASE WHEN c.rn <= %s - COALESCE(r.n, 0) THEN 1 ELSE 0 END FROM (
+    SELECT c.id, c.p, CASE WHEN c.rn <= {allowance} THEN 1 ELSE 0 END FROM (
         SELECT id, priority, available_at, p,
                ROW_NUMBER() OVER (PARTITION BY p ORDER BY priority DESC, available_at) AS rn
         FROM (SELECT id, priority, available_at, {part} AS p FROM kathikon_job
@@ -298,18 +346,25 @@ def _rank_partitions(queue: str, budget: int, limits: Limits,
                     SELECT {part} FROM kathikon_job
                     WHERE queue = %s AND state IN ({_EXECUTING_SQL})
                     GROUP BY {part} HAVING COUNT(*) >= %s)
+                {rate_full}
               ORDER BY priority DESC, available_at
               LIMIT {CANDIDATES}) AS due
     ) AS c
     LEFT JOIN (SELECT {part} AS p, COUNT(*) AS n FROM kathikon_job
                WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY {part}) AS r
       ON r.p = c.p
+    {rate_join}
     ORDER BY c.priority DESC, c.available_at
     """
-    connection = vendor.connection()
-    stamp = connection.ops.adapt_datetimefield_value(clock)
+    params: list[Any] = [per]
+    if partition_window is not None:
+        params.append(limits.rate_allowed)
+    params += [queue, stamp, queue, per, *rate_params, queue]
+    if partition_window is not None:
+        params += rate_params[:2]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [per, queue, stamp, queue, per, queue])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
-    eligible = [pk if isinstance(pk, uuid.UUID) else uuid.UUID(pk) for pk, ok in rows if ok]
-    return eligible[:budget], len(rows) > min(len(eligible), budget)
+    eligible = [(pk if isinstance(pk, uuid.UUID) else uuid.UUID(pk), str(key))
+                for pk, key, ok in rows if ok]
+    return dict(eligible[:budget]), len(rows) > min(len(eligible), budget)

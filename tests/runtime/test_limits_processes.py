@@ -72,6 +72,24 @@ def test_a_thousand_jobs_over_twenty_accounts_one_at_a_time_each(worker_processe
     assert rate >= 0.6 * 20 / seconds
 
 
+def test_five_per_second_per_api_key_over_three_processes(worker_processes: Any,
+                                                          tmp_path: Path):
+    log, total = tmp_path / "spans", 80
+    kathikon.insert_many([(Timed, {"log": str(log), "seconds": 0.02, "account": i % 2},
+                           {"queue": "flow"}) for i in range(total)])
+    queue = {"concurrency": 10, "rate_limit": {"allowed": 5, "period": 1, "by": "args.account"}}
+    run_all(worker_processes, 3, queue, total, timeout=60)
+    jobs = list(Job.objects.filter(queue="flow"))
+    per_window = Counter((job.args["account"], window_start(job.started_at, 1.0)) for job in jobs)
+    assert max(per_window.values()) <= 5
+    windows = sorted({window for _, window in per_window})[1:-1]  # full windows only
+    rate = sum(per_window[(account, window)] for account in (0, 1)
+               for window in windows) / len(windows)
+    print(f"rate 5/s per key, 2 keys: {rate:.2f} starts/s over {len(windows)} full windows")
+    assert len(windows) >= 5
+    assert rate >= 9.0
+
+
 def test_ten_per_second_over_three_processes(worker_processes: Any, tmp_path: Path):
     log, total = tmp_path / "spans", 130
     kathikon.insert_many([(Timed, {"log": str(log), "seconds": 0.02}, {"queue": "flow"})
