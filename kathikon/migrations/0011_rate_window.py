@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('kathikon', '0008_queue_limits'),
+        ('kathikon', '0010_job_cron_tick_partial'),
     ]
 
     operations = [
