@@ -82,6 +82,14 @@ class EventLoopDied(KathikonError):
     """The worker process's event loop ended while this async job ran; it was restarted."""
 
 
+class NodeNameInUse(KathikonError):
+    """Another live worker process holds this node name; one name, one live process."""
+
+
+class NodeSuperseded(KathikonError):
+    """Another process took over this node's name while it was silent."""
+
+
 # -- failed attempts recorded by Kathikon itself (their ``kind`` in ``job.errors`` is stable) ---
 
 

@@ -57,6 +57,15 @@ class Job(models.Model):
     # are in unique_states; every state change writes both in the same statement.
     unique_key = models.CharField(max_length=64, null=True, blank=True, editable=False)
     unique_states = models.SmallIntegerField(null=True, blank=True, editable=False)
+    # The crash budget (docs/reliability.md): a job rescued from a process that died is a
+    # suspect and runs alone in its process; a crash while alone is charged to it.
+    suspect = models.BooleanField(
+        default=False, db_default=False,
+        help_text="Rescued from a worker process that died: runs alone in a process next.")
+    quarantine_lease = models.BigIntegerField(
+        null=True, blank=True, help_text="The lease under which it last ran alone.")
+    crashes = models.PositiveSmallIntegerField(
+        default=0, db_default=0, help_text="Worker processes it took down while running alone.")
 
     #: Set on the job ``insert`` returns: True when an equal unique job already existed.
     conflict: bool = False
@@ -98,6 +107,10 @@ class Job(models.Model):
             # The lifeline: executing jobs by node.
             PartialIndex(fields=["attempted_by"], where=Q(state__in=["claimed", "running"]),
                          name="kathikon_job_executing"),
+            # Quarantine: crash suspects waiting to run alone (there are rarely any).
+            PartialIndex(fields=["suspect", "queue"],
+                         where=Q(suspect=True, state__in=["available", "retryable"]),
+                         name="kathikon_job_suspect"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(priority__gte=-100, priority__lte=100),
@@ -226,6 +239,9 @@ class Node(models.Model):
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    instance = models.CharField(
+        max_length=32, blank=True, default="", db_default="",
+        help_text="The process that holds the name now; one live process per node name.")
 
     class Meta:
         ordering = ["-heartbeat_at"]

@@ -85,6 +85,7 @@ class Dispatcher:
         self._stopping = False
         self._claiming = False    # a claim statement is in flight
         self._suspect_orphans = False
+        self._quarantined = False  # claim nothing: a crash suspect runs alone (quarantine.py)
         self._thread: threading.Thread | None = None
         self.limits = Limits()    # global/partition/rate limits: claimed through storage.limited
         self.held_claims = 0      # claims a limit held short since start
@@ -134,6 +135,26 @@ class Dispatcher:
                     self.pool.prefetch = 0  # no local buffer: it would hold capacity idle
                 self._woken = True
                 self._cond.notify_all()
+
+    def hold(self, held: bool) -> None:
+        """Stop (or resume) claiming while a crash suspect waits to run alone."""
+        with self._cond:
+            if self._quarantined and not held:
+                self._woken = True
+            self._quarantined = held
+            self._cond.notify_all()
+
+    def adopt(self, job: Job) -> None:
+        """Run ``job``, claimed by the quarantine, on this queue's pool."""
+        with self._cond:
+            self.claimed += 1
+        self.pool.submit([job])
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing held by this dispatcher: no job in its pool and no claim in flight."""
+        with self._cond:
+            return not (self.pool.holding() or self._claiming)
 
     @property
     def alive(self) -> bool:
@@ -212,8 +233,8 @@ class Dispatcher:
     def _due_in(self, now: float) -> float:
         """Seconds until a claim is due (lock held); 0 or less: claim now."""
         free = self.pool.capacity()
-        if free <= 0:
-            return self.poll_interval  # a freed slot notifies
+        if free <= 0 or self._quarantined:
+            return self.poll_interval  # a freed slot (or the end of a hold) notifies
         if (self.pool.prefetch and self.pool.queued()
                 and free * 2 < self.pool.concurrency + self.pool.prefetch):
             return self.poll_interval  # the buffer still feeds the threads; a freed slot notifies

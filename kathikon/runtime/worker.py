@@ -10,17 +10,25 @@ Shutdown order: stop claiming → wait up to the grace period for running jobs
 → release what is still held (attempt restored) → flush the acks → stop the
 services → mark the node stopped. A second signal exits at once; the
 lifeline then rescues whatever this node still held.
+
+One node name, one live process: registering refuses a name a live process
+holds (``NodeNameInUse``: the process exits with ``EXIT_NODE_IN_USE``, which the
+supervisor does not restart), and a process whose name was taken over while it
+was frozen stops at its next heartbeat. Crash suspects are run alone by
+:class:`~kathikon.runtime.quarantine.Quarantine`, stepped by the main loop.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import Any
@@ -29,7 +37,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from kathikon import conf, signals, storage
 from kathikon.backoff import failure_delay
-from kathikon.exceptions import InvalidQueue, NotMigrated
+from kathikon.exceptions import InvalidQueue, NodeNameInUse, NodeSuperseded, NotMigrated
 from kathikon.executor import Execution
 from kathikon.limits import Limits
 from kathikon.limits import merged as merged_limits
@@ -38,6 +46,8 @@ from kathikon.runtime import loop
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.listener import Listener
+from kathikon.runtime.quarantine import Quarantine
+from kathikon.runtime.supervisor import EXIT_NODE_IN_USE
 from kathikon.states import JobState
 from kathikon.storage import Ack, hygiene
 from kathikon.storage.runtime import count_due_jobs, due_jobs_elsewhere
@@ -70,6 +80,7 @@ class WorkerProcess:
                  write: Callable[[str], None] | None = None, parent_pid: int | None = None,
                  handle_signals: bool = True) -> None:
         self.node = node or f"{socket.gethostname()}:{os.getpid()}"
+        self.instance = uuid.uuid4().hex  # this process's claim on the node name
         self.requested = dict(queues) if queues is not None else None
         self.burst = burst
         self.poll_interval = poll_interval or conf.poll_interval()
@@ -81,6 +92,7 @@ class WorkerProcess:
         self.dispatchers: dict[str, Dispatcher] = {}
         self.services: list[Any] = []
         self.acker = Acker(on_settled=self._settled)
+        self.quarantine = Quarantine(self.node, check_every=self.poll_interval)
         self.listener: Listener | None = None
         self.started = threading.Event()
         self._stop = threading.Event()
@@ -110,6 +122,9 @@ class WorkerProcess:
         except NotMigrated as exc:  # retrying cannot help: a deploy step is missing
             logger.error("kathikon worker %s cannot start: %s", self.node, exc)
             return NotMigrated.exit_code
+        except NodeNameInUse as refused:
+            logger.error("kathikon worker refused to start: %s", refused)
+            return EXIT_NODE_IN_USE
         try:
             self.started.set()
             self._main_loop()
@@ -152,7 +167,10 @@ class WorkerProcess:
                     raise storage.schema.not_migrated(
                         f"{len(pending)} migration(s) not applied: {', '.join(pending)}")
                 limits = self._queue_limits(storage.queue_rows())
-                storage.register_node(self.node, socket.gethostname(), os.getpid(), limits)
+                storage.register_node(self.node, socket.gethostname(), os.getpid(), limits,
+                                      instance=self.instance,
+                                      exclusive_after=self.rescue_after or math.inf,
+                                      gone=_predecessor_gone)
                 return limits
             except (DatabaseError, InterfaceError) as exc:
                 if storage.schema.is_missing_schema(exc):
@@ -196,6 +214,8 @@ class WorkerProcess:
         dispatcher = Dispatcher(name, concurrency, self.node, self.acker,
                                 poll_interval=self.poll_interval)
         dispatcher.limits = self._queue_flow_of(name, storage.queue_rows())
+        if self.quarantine.job is not None or self.quarantine.draining:
+            dispatcher.hold(True)
         with self._lock:
             self.dispatchers[name] = dispatcher
         dispatcher.start()
@@ -211,7 +231,8 @@ class WorkerProcess:
             options: dict[str, Any] = {}
             if class_name == "Heartbeat":
                 options = {"hostname": socket.gethostname(), "pid": os.getpid(),
-                           "queues": dict(limits)}
+                           "queues": dict(limits), "instance": self.instance,
+                           "on_superseded": self._superseded}
             try:
                 service = cls(self.node, **options)
                 service.start()
@@ -248,6 +269,7 @@ class WorkerProcess:
             if not self._healthy():
                 self.exit_code = 1
                 return
+            self.quarantine.step(dict(self.dispatchers), self.acker.idle)
             if self.parent_pid is not None and os.getppid() != self.parent_pid:
                 logger.warning("kathikon: supervisor %s is gone; stopping", self.parent_pid)
                 return
@@ -318,6 +340,8 @@ class WorkerProcess:
             _safely(lambda: storage.set_node_queues(self.node, limits), "recording the queues")
         for name, flow in self._queue_flow(rows).items():
             self.dispatchers[name].set_limits(flow)
+            _safely(lambda: storage.set_node_queues(self.node, limits, instance=self.instance),
+                    "recording the queues")
 
     def _burst_done(self) -> bool:
         if not self._all_idle():
@@ -378,6 +402,11 @@ class WorkerProcess:
         if event in ("available", "resume"):
             dispatcher.wake()
 
+    def _superseded(self, error: NodeSuperseded) -> None:
+        """Another process took our name over: stop (exit 1); our old jobs were rescued."""
+        self.exit_code = 1
+        self._stop.set()
+
     def _wake_all(self) -> None:
         for dispatcher in list(self.dispatchers.values()):
             dispatcher.wake()
@@ -421,7 +450,8 @@ class WorkerProcess:
 
     def _shutdown(self) -> None:
         logger.info("kathikon worker %s stopping", self.node)
-        _safely(lambda: storage.mark_node_stopping(self.node), "marking the node stopping")
+        _safely(lambda: storage.mark_node_stopping(self.node, instance=self.instance),
+                "marking the node stopping")
         dispatchers = list(self.dispatchers.values())
         for dispatcher in dispatchers:
             dispatcher.stop_claiming()
@@ -453,7 +483,8 @@ class WorkerProcess:
             dispatcher.close()
         if self.listener is not None:
             self.listener.join(2)
-        _safely(lambda: storage.mark_node_stopped(self.node), "marking the node stopped")
+        _safely(lambda: storage.mark_node_stopped(self.node, instance=self.instance),
+                "marking the node stopped")
         signals.send(signals.worker_stopped, Node, node=self.node)
         logger.info("kathikon worker %s stopped", self.node)
         connections.close_all()
@@ -491,6 +522,22 @@ def _rescue_after() -> float | None:
         return conf.rescue_after()
     except (TypeError, ValueError):  # RESCUE_AFTER = None: no rescue, no stall limit
         return None
+
+
+def _predecessor_gone(row: Node) -> bool:
+    """Whether the process that last held a node row on THIS host is dead (or was us:
+    a pid reused in a new container is not a live predecessor)."""
+    if row.hostname != socket.gethostname() or not row.pid:
+        return False
+    if row.pid == os.getpid():
+        return True
+    try:
+        os.kill(row.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 class _StoppedEarly(Exception):

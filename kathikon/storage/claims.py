@@ -3,7 +3,8 @@
 A claim takes up to ``limit`` due jobs of one queue (best priority, then oldest)
 in one short statement, bumps each job's ``attempts`` and ``lease`` (the fencing
 token every later write must present) and records the claiming node. Jobs of
-a paused queue are never claimed.
+a paused queue are never claimed. Crash suspects (``suspect``) are left to
+``storage.quarantine``, which claims them one at a time into an empty process.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _PG_CLAIM = f"""
 WITH picked AS (
     SELECT id FROM kathikon_job
     WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= {{now}}
+      AND NOT suspect
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %(queue)s AND paused)
     ORDER BY priority DESC, available_at
     LIMIT %(limit)s
@@ -47,6 +49,7 @@ SET state = %s, attempts = attempts + 1, started_at = %s, attempted_by = %s, lea
 WHERE id IN (
     SELECT id FROM kathikon_job
     WHERE queue = %s AND state IN ({claimable}) AND +available_at <= %s
+      AND NOT suspect
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %s AND paused)
     ORDER BY priority DESC, available_at
     LIMIT %s)
@@ -105,7 +108,7 @@ def _claim_sqlite(queue: str, limit: int, node: str, into: str, now: dt.datetime
 # locked by the other branch are released at commit).
 _MYSQL_CLAIM_BRANCH = f"""
 (SELECT {JOB_COLUMNS_MYSQL} FROM kathikon_job FORCE INDEX (kathikon_job_claim)
- WHERE queue = %s AND state = %s AND available_at <= %s
+ WHERE queue = %s AND state = %s AND available_at <= %s AND NOT suspect
  ORDER BY priority DESC, available_at LIMIT %s FOR UPDATE SKIP LOCKED)"""
 _MYSQL_CLAIM = (" UNION ALL ".join([_MYSQL_CLAIM_BRANCH] * len(CLAIMABLE_STATES))
                 + " ORDER BY priority DESC, available_at LIMIT %s")

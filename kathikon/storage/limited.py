@@ -146,6 +146,7 @@ _PG_CLAIM = f"""
 WITH picked AS (
     SELECT id FROM kathikon_job
     WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %(now)s
+      AND NOT suspect
     ORDER BY priority DESC, available_at
     LIMIT %(budget)s
     FOR UPDATE SKIP LOCKED),
@@ -270,12 +271,13 @@ def _pick(queue: str, budget: int, limits: Limits, clock: dt.datetime,
         ranked, more = _rank_partitions(queue, budget, limits, clock, partition_window)
         if not ranked:
             return [], (True if more else None), {}
-        query = _jobs().filter(id__in=list(ranked), state__in=CLAIMABLE_STATES)
+        query = _jobs().filter(id__in=list(ranked), state__in=CLAIMABLE_STATES, suspect=False)
         if locking:
             query = query.select_for_update(skip_locked=True)
         found = {job.id: job for job in query}
         return [found[pk] for pk in ranked if pk in found], (more or None), ranked
-    query = (_jobs().filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=clock)
+    query = (_jobs().filter(queue=queue, state__in=CLAIMABLE_STATES, available_at__lte=clock,
+                            suspect=False)
              .order_by("-priority", "available_at"))
     if locking:
         query = query.select_for_update(skip_locked=True)
@@ -342,7 +344,7 @@ def _rank_partitions(queue: str, budget: int, limits: Limits, clock: dt.datetime
                ROW_NUMBER() OVER (PARTITION BY p ORDER BY priority DESC, available_at) AS rn
         FROM (SELECT id, priority, available_at, {part} AS p FROM kathikon_job
               WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %s
-                AND {part} NOT IN (
+                AND NOT suspect AND {part} NOT IN (
                     SELECT {part} FROM kathikon_job
                     WHERE queue = %s AND state IN ({_EXECUTING_SQL})
                     GROUP BY {part} HAVING COUNT(*) >= %s)

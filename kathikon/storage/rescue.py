@@ -12,6 +12,22 @@ A job that is ``claimed`` or ``running`` is rescued when the node it names in
 A parent job whose batch is still open is never rescued: it legitimately stays
 ``running`` until the batch is closed.
 
+The crash budget (docs/reliability.md). A node that stopped heartbeating, or whose
+name a new process took over, *crashed*: one of its jobs may have taken it down
+(``os._exit``, a segfault, the OOM killer), and nobody can tell which. So
+
+- a job that was running beside others gets its attempt back and becomes a crash
+  *suspect* (``suspect``): ordinary claims skip it, and a process with nothing
+  else running claims it alone (``storage.quarantine``);
+- a job that was running alone under its quarantine claim (``quarantine_lease``
+  equals its ``lease``) is the culprit: the crash is charged to it (``crashes``
+  goes up, the attempt counts, error kind ``kathikon.WorkerCrashed``), and after
+  ``CRASH_LIMIT`` such crashes, or its last attempt, it is ``dead``.
+
+A node recorded as ``stopped`` exited on purpose: its leftovers get their attempt
+back and nobody is blamed. A job held under a name with no node row (an external
+runner's ``claim()``) has used its attempt, as before.
+
 Rescue is fenced like every write after a claim: the UPDATE matches only while
 the job is still executing under the ``lease`` that was read, so a job that
 moved on is left alone and a node that wakes up later finds its own
@@ -40,6 +56,8 @@ from kathikon.unique import holds
 logger = logging.getLogger("kathikon.runtime")
 
 ERROR_KIND = "kathikon.NodeVanished"
+CRASH_KIND = "kathikon.WorkerCrashed"
+CRASH_LIMIT = 3  # crashes while running alone before a job is dead
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +127,15 @@ def _candidates(cutoff: dt.datetime | None, nodes: Sequence[str] | None,
 
 def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
                 reason: str) -> Rescued | None:
-    vanished = job.attempted_by
-    state = JobState.DEAD if job.attempts >= job.max_attempts else JobState.RETRYABLE
-    error = {"attempt": job.attempts, "at": now.isoformat(), "node": vanished,
+    vanished, attempt = job.attempted_by, job.attempts
+    changes: dict[str, Any] = _verdict(job, node, reason)
+    state = changes["state"]
+    kind = CRASH_KIND if "crashes" in changes else ERROR_KIND
+    message = _message(job, node, now, reason) + _consequence(job, changes)
+    error = {"attempt": attempt, "at": now.isoformat(), "node": vanished,
              "started_at": job.started_at.isoformat() if job.started_at else None,
-             "kind": ERROR_KIND, "message": _message(job, node, now, reason), "traceback": ""}
-    changes: dict[str, Any] = {"state": state, "errors": [*job.errors, error]}
+             "kind": kind, "message": message, "traceback": ""}
+    changes["errors"] = [*job.errors, error]
     if state == JobState.DEAD:
         changes["completed_at"] = now
     else:
@@ -130,8 +151,47 @@ def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
     if not holds(job.unique_states, state):
         job.unique_key = None
     record_event(job.id, "rescued", actor=rescuer, at=now, node=vanished, state=state,
-                 attempt=job.attempts)
+                 attempt=attempt, error=kind, suspect=job.suspect, crashes=job.crashes)
     return Rescued(job=job, node=vanished, state=state)
+
+
+def _verdict(job: Job, node: Node | None, reason: str) -> dict[str, Any]:
+    """The new state, attempts and crash fields of a rescued job (see the module doc)."""
+    alone = job.quarantine_lease is not None and job.quarantine_lease == job.lease
+    if node is None:  # an external runner's claim: the attempt was used
+        return {"state": _retry_or_dead(job.attempts >= job.max_attempts)}
+    restored = max(0, job.attempts - 1)
+    if reason != "restarted" and node.status == Node.Status.STOPPED:
+        # It exited on purpose; nothing crashed. A quarantined job is still a suspect.
+        return {"state": JobState.RETRYABLE, "attempts": restored,
+                "suspect": job.suspect or alone}
+    if not alone:
+        return {"state": JobState.RETRYABLE, "attempts": restored, "suspect": True}
+    crashes = job.crashes + 1
+    dead = crashes >= CRASH_LIMIT or job.attempts >= job.max_attempts
+    return {"state": _retry_or_dead(dead), "crashes": crashes, "suspect": not dead}
+
+
+def _retry_or_dead(dead: bool) -> str:
+    return JobState.DEAD if dead else JobState.RETRYABLE
+
+
+def _consequence(job: Job, changes: dict[str, Any]) -> str:
+    if "crashes" in changes:
+        crashes = changes["crashes"]
+        times = "once" if crashes == 1 else f"{crashes} times"
+        if changes["state"] != JobState.DEAD:
+            return (f"; it was running alone, so it crashed its worker: it has crashed its "
+                    f"worker {times} (limit {CRASH_LIMIT}); it runs alone again")
+        why = (f"the crash limit ({CRASH_LIMIT})" if crashes >= CRASH_LIMIT
+               else f"its last attempt ({job.max_attempts})")
+        return (f"; it was running alone, so it crashed its worker: it has crashed its worker "
+                f"{times}, which reached {why}; dead")
+    if "attempts" in changes:
+        then = (" and runs alone in a worker process next (crash suspect)"
+                if changes.get("suspect") else "")
+        return f"; the attempt does not count{then}"
+    return ""
 
 
 def _message(job: Job, node: Node | None, now: dt.datetime, reason: str) -> str:

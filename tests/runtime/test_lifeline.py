@@ -16,6 +16,7 @@ from kathikon import signals, storage
 from kathikon.models import Batch, Job, JobEvent
 from kathikon.runtime.lifeline import Lifeline
 from kathikon.storage.acks import Ack
+from kathikon.storage.quarantine import claim_suspect
 from kathikon.storage.rescue import ERROR_KIND
 from tests import workers
 from tests.runtime.test_services_periodic import Clock
@@ -68,10 +69,14 @@ def test_rescues_the_jobs_of_a_silent_node_only(lifeline: Lifeline, clock: Clock
     assert [state(job) for job in kept] == ["running", "running"]
     job = Job.objects.get(id=lost[0].id)
     assert job.state == "retryable" and job.available_at == clock.at
-    assert job.attempted_by == "dead" and job.attempts == 1
+    # A crash: nobody knows which job took the node down, so nobody is charged and every
+    # job it held becomes a crash suspect (run alone next, see test_crash_budget.py).
+    assert job.attempted_by == "dead" and job.attempts == 0 and job.suspect
+    assert job.crashes == 0
     (error,) = job.errors
     assert error["kind"] == ERROR_KIND and error["attempt"] == 1 and error["traceback"] == ""
     assert "node dead stopped heartbeating" in error["message"]
+    assert "the attempt does not count" in error["message"]
     assert error["at"] == clock.at.isoformat() and error["node"] == "dead"
     (event,) = JobEvent.objects.filter(job_id=job.id)
     assert (event.kind, event.actor, event.data["node"], event.data["state"]) == (
@@ -88,20 +93,32 @@ def test_a_rescued_job_is_claimed_and_completed_again(lifeline: Lifeline, clock:
     node("dead", clock, silent_for=3600)
     (job,) = held("dead")
     lifeline.run_once()
-    (again,) = storage.claim_jobs("default", 5, "other")
-    assert again.id == job.id and again.attempts == 2 and again.lease == job.lease + 1
+    assert storage.claim_jobs("default", 5, "other") == []  # a suspect: never with others
+    again = claim_suspect(["default"], "other")
+    assert again is not None and again.id == job.id
+    assert again.attempts == 1 and again.lease == job.lease + 1
     assert storage.ack_jobs([Ack(again, "completed")]) == {job.id}
 
 
 @pytest.mark.django_db
-def test_out_of_attempts_the_job_is_dead(lifeline: Lifeline, clock: Clock):
-    node("dead", clock, silent_for=3600)
-    (last,) = held("dead", max_attempts=1)
+def test_out_of_attempts_an_external_runners_job_is_dead(lifeline: Lifeline, clock: Clock):
+    (last,) = held("external-runner", max_attempts=1)  # no node row: the attempt was used
+    Job.objects.filter(id=last.id).update(started_at=clock.at - dt.timedelta(hours=1))
     rescued = lifeline.run_once()
     assert [r.state for r in rescued] == ["dead"]
     job = Job.objects.get(id=last.id)
     assert job.state == "dead" and job.completed_at == clock.at
-    assert job.errors[-1]["kind"] == ERROR_KIND
+    assert job.errors[-1]["kind"] == ERROR_KIND and not job.suspect
+
+
+@pytest.mark.django_db
+def test_a_crashed_nodes_job_on_its_last_attempt_is_not_charged(lifeline: Lifeline,
+                                                                 clock: Clock):
+    node("dead", clock, silent_for=3600)
+    (last,) = held("dead", max_attempts=1)
+    assert [r.state for r in lifeline.run_once()] == ["retryable"]
+    job = Job.objects.get(id=last.id)
+    assert (job.state, job.attempts, job.suspect) == ("retryable", 0, True)
 
 
 @pytest.mark.django_db
@@ -114,6 +131,8 @@ def test_a_stopped_node_is_rescued_at_once_whatever_its_heartbeat(lifeline: Life
     (rescued,) = lifeline.run_once()
     assert rescued.job.id == job.id
     assert "node gone stopped while holding this job" in rescued.job.errors[-1]["message"]
+    # It exited on purpose: nothing crashed, nobody is charged or suspected.
+    assert (rescued.job.attempts, rescued.job.suspect) == (0, False)
 
 
 @pytest.mark.django_db

@@ -3,6 +3,7 @@ and the parent's state."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import pytest
@@ -339,9 +340,10 @@ def test_a_child_rescued_to_dead_by_the_lifeline_completes_the_batch():
     from kathikon.runtime.lifeline import Lifeline
 
     batch = Batch.start(None, [(SUCCEED, {}, {"max_attempts": 1})], on_complete=(SUCCEED, {}))
-    storage.register_node("ghost", "elsewhere", 1, {"default": 1})
-    assert kathikon.claim_available(node="ghost").batch_id.hex == batch.id
-    storage.mark_node_stopped("ghost")  # it exited holding the child, out of attempts
+    child = kathikon.claim_available(node="ghost")  # an external runner (no node row) ...
+    assert child.batch_id.hex == batch.id
+    Job.objects.filter(id=child.id).update(  # ... that never finished: out of attempts
+        started_at=storage.db_now() - dt.timedelta(hours=1))
     [rescued] = Lifeline("rescuer", rescue_after=60, settle_after=0).run_once()
     assert rescued.state == "dead"
     assert callbacks()[0].args["dead"] == 1
