@@ -168,6 +168,8 @@ class ExecutorPool:
                 del self._slots[id(slot.job)]
             self._queued -= len(waiting)
             if waiting:
+                logger.info("kathikon: %d claimed job(s) not started yet at shutdown; released "
+                            "(attempt restored)", len(waiting))
                 self.acker.release([Ack(slot.job, JobState.AVAILABLE, restore_attempt=True)
                                     for slot in waiting])
                 self._freed()
