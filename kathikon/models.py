@@ -7,7 +7,9 @@ Query sets hold named filters only; every state change goes through
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
+from django.apps import apps
 from django.db import models
 from django.db.models import Q
 
@@ -137,6 +139,16 @@ class Job(models.Model):
     @property
     def hex_id(self) -> str:
         return self.id.hex
+
+    @classmethod
+    def build(cls, worker: Any, args: dict[str, Any] | None = None, **options: Any) -> Job:
+        """An unsaved job, validated exactly as ``kathikon.insert`` would (prefer ``insert``).
+
+        Reached through the app config so this module need not import the spec builder,
+        which imports the workers, which name this model: no import cycle."""
+        job: Job = apps.get_app_config("kathikon").build_job(  # type: ignore[attr-defined]
+            worker, args, options)
+        return job
 
     def is_claimable(self, now: dt.datetime) -> bool:
         """True when the job is available or retryable and due at ``now``."""

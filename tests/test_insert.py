@@ -201,3 +201,15 @@ def test_is_claimable():
     for state in kathikon.JobState.values:
         job.state = state
         assert job.is_claimable(now) == (state in ("available", "retryable"))
+
+
+def test_job_build_is_an_unsaved_job_validated_like_insert():
+    job = Job.build(workers.Succeed, {"n": 1}, queue="emails", priority=2)
+    assert (job.worker, job.args, job.queue, job.priority) == (
+        "tests.workers.Succeed", {"n": 1}, "emails", 2)
+    assert job.state == kathikon.JobState.AVAILABLE and job.attempts == 0
+    assert not Job.objects.filter(id=job.id).exists()
+    with pytest.raises(kathikon.InvalidJob) as refused:
+        Job.build(workers.Succeed, {"n": 1}, priority=1000)
+    assert refused.value.key == "priority"
+    assert Job.objects.count() == 0
