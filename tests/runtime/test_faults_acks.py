@@ -111,10 +111,13 @@ def test_faults_a_poison_outcome_never_wedges_the_worker(worker_processes, vendo
     assert "retrying in" not in worker.log()  # no ack was retried: nothing reached the acker
 
 
-def test_faults_a_retried_ack_keeps_the_batch_parent_running(worker_processes, postgres_only,
+def test_faults_a_retried_ack_keeps_the_batch_parent_running(worker_processes, concurrent_db,
                                                              tmp_path: Path):
     """The first write of the parent's ack fails (its connection is cut while it waits for
-    the parent's row); the retry still holds the parent while its batch is open."""
+    the parent's row); the retry still holds the parent while its batch is open.
+
+    PostgreSQL and MariaDB (SQLite has no connection to cut: its retried hold is tested
+    in-process, tests/runtime/test_acker_outcomes.py)."""
     gate = str(tmp_path / "gate")
     parent, ordinary = insert_poison_then_ordinary("tests.runtime.fault_workers.BatchParent",
                                                    {"gate": gate})
@@ -124,8 +127,7 @@ def test_faults_a_retried_ack_keeps_the_batch_parent_running(worker_processes, p
         list(Job.objects.select_for_update().filter(id=parent.id))  # the ack waits for this
         Path(f"{gate}.go").write_text("1")
         blocked = wait_until(waiting_backend, BOUND, message="the ack waiting for the lock")
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [blocked])
+        cut_connection(blocked)
     wait_until(lambda: "retrying in" in worker.log(), BOUND, message="the ack retried")
     wait_until(lambda: kathikon.fetch(parent.id).meta.get(AWAITING), BOUND,
                message="the parent held")
@@ -143,13 +145,26 @@ def test_faults_a_retried_ack_keeps_the_batch_parent_running(worker_processes, p
 
 
 def waiting_backend() -> int | None:
-    """The pid of another backend of this database waiting for a row lock, if any."""
+    """The id of another connection to this database waiting for a row lock, if any."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")  # fresh inside a transaction
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # fresh inside a transaction
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+        else:
+            cursor.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+                           "AND ID <> CONNECTION_ID() AND INFO LIKE '%%FOR UPDATE%%'")
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+def cut_connection(backend: int) -> None:
+    """Terminate another connection: its statement fails as a lost connection."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+        else:
+            cursor.execute(f"KILL CONNECTION {int(backend)}")
 
 
 def test_faults_inline_testing_mode_records_system_exit(transactional_db):
