@@ -89,6 +89,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self.limits = Limits()    # global/partition/rate limits: claimed through storage.limited
         self.held_claims = 0      # claims a limit held short since start
+        self.held = False         # the last claim was held short by a limit
         self._held: dict[str, int] = {}  # limit → held claims not yet signalled
         self._held_since = 0.0
 
@@ -126,13 +127,19 @@ class Dispatcher:
                 self._woken = True
                 self._cond.notify_all()
 
+    def wake_if_held(self) -> None:
+        """Claim now if a limit held the last claim back (an ack just freed capacity)."""
+        with self._cond:
+            if self.held:
+                self._woken = True
+                self._cond.notify_all()
+
     def set_limits(self, limits: Limits) -> None:
         with self._cond:
             if limits != self.limits:
                 logger.info("kathikon: queue %s limits %s", self.queue, limits.as_options())
                 self.limits = limits
-                if limits:
-                    self.pool.prefetch = 0  # no local buffer: it would hold capacity idle
+                self.pool.prefetch = 0  # a new limit may be lower than what is buffered
                 self._woken = True
                 self._cond.notify_all()
 
@@ -304,8 +311,10 @@ class Dispatcher:
         with self._cond:
             self._claiming = False
             self._more = len(jobs) >= limit or held_by is not None  # held: capacity frees
-            # No local buffer for a limited queue: a buffered job would hold capacity idle.
-            self._adapt(len(jobs) >= limit and not self.limits)
+            self.held = held_by is not None
+            # A limited queue buffers too: buffered jobs are claimed, so they count against
+            # its limits; a claim a limit holds short comes back short and drops the buffer.
+            self._adapt(len(jobs) >= limit)
             self._next_poll = self.clock() + (
                 min(self.poll_interval, HELD_POLL) if held_by else self.poll_interval)
             self.claimed += len(jobs)

@@ -420,7 +420,7 @@ class WorkerProcess:
         for queue in {execution.job.queue for execution in executions if execution.written}:
             limited = self.dispatchers.get(queue)
             if limited is not None and limited.limits:
-                limited.wake()
+                limited.wake_if_held()
         for execution in executions:
             if not execution.written:
                 continue
