@@ -213,47 +213,54 @@ def phase_drain(size: dict[str, Any], progress: Progress, log_dir: Path,
 
 def phase_flow(size: dict[str, Any], progress: Progress, log_dir: Path,
                **_: Any) -> dict[str, Any]:
-    """What flow control costs, each against its plain twin in the same run, back to back.
+    """What flow control costs, each against its plain twin in the same run, interleaved.
 
     ``insert`` of unique jobs (distinct args: every insert takes a new key) vs plain
-    jobs, alternating reps; then a 1-process drain of the default queue with a
-    ``global_limit`` it never reaches (the limited claim) vs without one.
+    jobs in short alternating batches (A B B A …: load drifts on a shared machine); then
+    1-process drains of the default queue with a ``global_limit`` it never reaches (the
+    limited claim) and without one, alternating (A B B A).
     """
     import kathikon
     from benchmarks.workers import NoopWorker
 
-    n = size["single"]
-    rates: dict[str, list[float]] = {"plain": [], "unique": []}
-    for rep in range(size["single_reps"]):
-        for kind in ("plain", "unique"):
+    batch = max(50, size["single"] // 10)
+    rounds = 2 * max(5, size["single_reps"] * 5)
+    seconds: dict[str, list[float]] = {"plain": [], "unique": []}
+    for turn in range(rounds):
+        order = ("plain", "unique") if turn % 2 == 0 else ("unique", "plain")
+        for kind in order:
             dbs.reset()
             unique = True if kind == "unique" else None
             started = time.perf_counter()
-            for i in range(n):
+            for i in range(batch):
                 kathikon.insert(NoopWorker, {"i": i}, unique=unique)
-                if i % 500 == 0:
-                    progress(f"flow: {kind} insert rep {rep + 1}: {i:,}/{n:,}")
-            rates[kind].append(n / (time.perf_counter() - started))
-    plain, unique = statistics.median(rates["plain"]), statistics.median(rates["unique"])
+            seconds[kind].append(time.perf_counter() - started)
+        progress(f"flow: insert batches {turn + 1}/{rounds}")
+    plain = batch / statistics.median(seconds["plain"])
+    unique = batch / statistics.median(seconds["unique"])
     progress(f"flow: unique insert {unique:,.0f} jobs/s vs plain {plain:,.0f} "
-             f"(cost {plain / unique:.2f}x)", final=True)
-    drains = {}
-    for kind in ("unlimited", "global_limit"):
+             f"(cost {plain / unique:.2f}x, {rounds} interleaved batches of {batch})", final=True)
+    drains: dict[str, list[dict[str, Any]]] = {"unlimited": [], "global_limit": []}
+    for kind in ("unlimited", "global_limit", "global_limit", "unlimited"):
         dbs.reset()
         fill(size["drain"], size["fill_call"])
         dbs.settle_table()
         kathikon.set_queue_limits("default", reset=True,
                                   **({"global_limit": 1_000_000} if kind != "unlimited" else {}))
-        drains[kind] = _drain(size["drain"], 1, size, progress, log_dir,
-                              f"flow: drain, {kind.replace('_', ' ')}", prefilled=True)
+        drains[kind].append(_drain(size["drain"], 1, size, progress, log_dir,
+                                   f"flow: drain, {kind.replace('_', ' ')}", prefilled=True))
     kathikon.set_queue_limits("default", reset=True)
     dbs.reset()
-    ratio = drains["global_limit"]["rate"] / drains["unlimited"]["rate"]
+    unlimited = statistics.mean(d["rate"] for d in drains["unlimited"])
+    limited = statistics.mean(d["rate"] for d in drains["global_limit"])
+    ratio = limited / unlimited
     progress(f"flow: drain with an unreached global_limit at {ratio:.0%} of unlimited",
              final=True)
-    return {"insert_plain": plain, "insert_unique": unique, "insert_rates": rates,
-            "unique_cost": plain / unique, "drain_unlimited": drains["unlimited"],
-            "drain_global_limit": drains["global_limit"], "limited_ratio": ratio}
+    return {"insert_plain": plain, "insert_unique": unique, "insert_seconds": seconds,
+            "insert_batch": batch, "unique_cost": plain / unique,
+            "drain_unlimited": {"rate": unlimited, "runs": drains["unlimited"]},
+            "drain_global_limit": {"rate": limited, "runs": drains["global_limit"]},
+            "limited_ratio": ratio}
 
 
 def phase_latency(size: dict[str, Any], progress: Progress, log_dir: Path,
