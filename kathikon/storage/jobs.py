@@ -80,9 +80,11 @@ def retry_job(job_id: object, *, actor: str = "") -> Job:
             raise InvalidState(f"job {job.id.hex} is already available", state=job.state)
         now = vendor.now()
         previous = job.state
+        # A job that crashed its worker gets a fresh crash budget but still runs alone.
         update_job(job, state=JobState.AVAILABLE, available_at=now, completed_at=None,
                    unique_key=_key_in(job, JobState.AVAILABLE),
-                   cancelled_at=None, max_attempts=max(job.max_attempts, job.attempts + 1))
+                   cancelled_at=None, max_attempts=max(job.max_attempts, job.attempts + 1),
+                   crashes=0, suspect=job.suspect or job.crashes > 0)
         record_event(job.id, "retried", actor=actor, at=now, previous_state=previous)
         notify.notify(notify.AVAILABLE, [job.queue])
     return job
@@ -100,7 +102,7 @@ def rerun_job(job_id: object, *, actor: str = "") -> Job:
                    args=original.args, priority=original.priority,
                    max_attempts=original.max_attempts, state=JobState.AVAILABLE,
                    available_at=now, inserted_at=now, batch_id=original.batch_id,
-                   parent_job_id=original.parent_job_id,
+                   parent_job_id=original.parent_job_id, suspect=original.crashes > 0,
                    meta={**original.meta, "rerun_of": original.id.hex})
         copy.save(force_insert=True, using=vendor.alias())
         record_event(original.id, "rerun", actor=actor, at=now, new_job=copy.id.hex)

@@ -109,6 +109,24 @@ def test_a_crash_while_running_alone_is_charged_to_that_job_only(clock: Clock):
 
 
 @pytest.mark.django_db
+def test_retrying_or_rerunning_a_crasher_gives_a_fresh_budget_and_still_runs_alone(
+        clock: Clock):
+    poison = kathikon.insert(workers.Succeed, {}, max_attempts=1)
+    claim("w1", 1)
+    crash("w1", clock)
+    claim_suspect(["default"], node("w2", clock))
+    crash("w2", clock)
+    assert fresh(poison).state == "dead"
+    copy = storage.rerun_job(poison.id)
+    retried = storage.retry_job(poison.id)
+    for job in (retried, copy):
+        row = fresh(job)
+        assert (row.state, row.crashes, row.suspect) == ("available", 0, True)
+    assert storage.claim_jobs("default", 5, "w3") == []  # never beside other jobs
+    assert {claim_suspect(["default"], "w3").id for _ in range(2)} == {poison.id, copy.id}
+
+
+@pytest.mark.django_db
 def test_a_crash_while_alone_on_the_last_attempt_is_dead_and_says_so(clock: Clock):
     poison = kathikon.insert(workers.Succeed, {}, max_attempts=1)
     claim("w1", 1)
