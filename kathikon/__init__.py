@@ -25,6 +25,8 @@ from kathikon.exceptions import (
     BatchClosed,
     BatchNotFound,
     CronNotFound,
+    EventLoopDied,
+    ExecutorThreadDied,
     InvalidJob,
     InvalidQueue,
     InvalidSchedule,
@@ -33,9 +35,12 @@ from kathikon.exceptions import (
     JobNotFound,
     JobTimeout,
     KathikonError,
+    NodeVanished,
     NotMigrated,
     StaleLease,
+    TransactionLeftOpen,
     UnstorableOutcome,
+    WorkerCrashed,
 )
 from kathikon.states import JobState
 from kathikon.unique import Unique
@@ -103,15 +108,15 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
-    "InsertResult", "InvalidJob", "InvalidQueue", "InvalidSchedule", "InvalidState", "Job",
-    "JobExecuting", "JobNotFound", "JobState", "JobTimeout", "KathikonError", "NotMigrated",
-    "Retry", "Snooze", "StaleLease", "Unique", "UnstorableOutcome", "Worker", "__version__",
-    "aall", "acancel", "aclaim", "aclaim_available", "acomplete", "adead_jobs", "adiscard",
-    "afail", "afetch", "ahistory",
-    "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry",
-    "aschedule", "aset_queue_limits", "asnooze", "astart_queue", "astatus", "backoff_seconds",
-    "cancel", "claim",
-    "claim_available", "complete", "complete_in_transaction", "cron", "dead_jobs", "discard",
-    "fail", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun", "resume_queue",
-    "retry", "schedule", "set_queue_limits", "snooze", "start_queue", "status",
+    "EventLoopDied", "ExecutorThreadDied", "InsertResult", "InvalidJob", "InvalidQueue",
+    "InvalidSchedule", "InvalidState", "Job", "JobExecuting", "JobNotFound", "JobState",
+    "JobTimeout", "KathikonError", "NodeVanished", "NotMigrated", "Retry", "Snooze",
+    "StaleLease", "TransactionLeftOpen", "Unique", "UnstorableOutcome", "Worker",
+    "WorkerCrashed", "__version__", "aall", "acancel", "aclaim", "aclaim_available",
+    "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory", "ainsert",
+    "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry", "aschedule",
+    "aset_queue_limits", "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel",
+    "claim", "claim_available", "complete", "complete_in_transaction", "cron", "dead_jobs",
+    "discard", "fail", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun",
+    "resume_queue", "retry", "schedule", "set_queue_limits", "snooze", "start_queue", "status",
 ]

@@ -70,18 +70,6 @@ class ActionNotAllowed(KathikonError, PermissionError):
     """Destructive operations are disabled; allow them to proceed."""
 
 
-class TransactionLeftOpen(KathikonError):
-    """``perform`` returned inside a ``transaction.atomic()`` block: its writes were rolled back."""
-
-
-class ExecutorThreadDied(KathikonError):
-    """The thread running the job died outside ``perform``; the attempt is failed."""
-
-
-class EventLoopDied(KathikonError):
-    """The worker process's event loop ended while this async job ran; it was restarted."""
-
-
 class NodeNameInUse(KathikonError):
     """Another live worker process holds this node name; one name, one live process."""
 
@@ -101,8 +89,34 @@ class UnstorableOutcome(KathikonError):
     """The outcome of ``perform`` cannot be stored (e.g. a result that is not JSON)."""
 
 
+class TransactionLeftOpen(KathikonError):
+    """``perform`` returned inside a ``transaction.atomic()`` block: its writes were rolled back."""
+
+
+class ExecutorThreadDied(KathikonError):
+    """The thread running the job died outside ``perform``; the attempt is failed."""
+
+
+class EventLoopDied(KathikonError):
+    """The worker process's event loop ended while this async job ran; it was restarted."""
+
+
+class NodeVanished(KathikonError):
+    """Recorded on jobs rescued from a worker process that stopped heartbeating."""
+
+
+class WorkerCrashed(KathikonError):
+    """Recorded on a job whose worker process died while it ran alone (the crash budget)."""
+
+
 #: Persisted ``kind`` of errors recorded under an older class path → the kind recorded now.
 LEGACY_KINDS = {"kathikon.executor.JobTimeout": "kathikon.JobTimeout"}
+
+
+#: Failures Kathikon records itself; their ``kind`` is ``kathikon.<Name>`` whatever module
+#: defines them, and each is importable from the ``kathikon`` package.
+RECORDED = (JobTimeout, UnstorableOutcome, TransactionLeftOpen, ExecutorThreadDied,
+            EventLoopDied, NodeVanished, WorkerCrashed)
 
 
 def error_kind(exc_type: type[BaseException]) -> str:
@@ -112,7 +126,7 @@ def error_kind(exc_type: type[BaseException]) -> str:
     (importable from the ``kathikon`` package), so that moving a class between
     modules never changes what is stored.
     """
-    if exc_type in (JobTimeout, UnstorableOutcome):
+    if exc_type in RECORDED:
         return f"kathikon.{exc_type.__qualname__}"
     return f"{exc_type.__module__}.{exc_type.__qualname__}"
 

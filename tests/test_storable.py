@@ -88,3 +88,15 @@ def test_job_timeout_has_a_stable_kind_and_old_rows_still_read():
     assert read_kind("kathikon.executor.JobTimeout") == "kathikon.JobTimeout"
     assert read_kind("builtins.ValueError") == "builtins.ValueError"
     assert issubclass(kathikon.JobTimeout, kathikon.KathikonError)
+
+
+def test_every_failure_kathikon_records_imports_back_from_its_kind():
+    """Django Tasks' ``exception_class`` imports the recorded kind: it must resolve."""
+    from django.utils.module_loading import import_string
+
+    from kathikon.exceptions import RECORDED, error_kind
+
+    for cls in RECORDED:
+        kind = error_kind(cls)
+        assert kind == f"kathikon.{cls.__name__}"
+        assert import_string(kind) is cls

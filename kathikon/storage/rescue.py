@@ -46,6 +46,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q
 
+from kathikon.exceptions import NodeVanished, WorkerCrashed, error_kind
 from kathikon.models import Batch, Job, Node
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import notify, vendor
@@ -55,8 +56,8 @@ from kathikon.unique import holds
 
 logger = logging.getLogger("kathikon.runtime")
 
-ERROR_KIND = "kathikon.NodeVanished"
-CRASH_KIND = "kathikon.WorkerCrashed"
+ERROR_KIND = error_kind(NodeVanished)
+CRASH_KIND = error_kind(WorkerCrashed)
 CRASH_LIMIT = 3  # crashes while running alone before a job is dead
 
 

@@ -303,7 +303,7 @@ def test_drain_rolls_back_a_transaction_perform_left_open_and_keeps_the_tests(db
     assert drain_queue().failed == 1
     assert len(connection.atomic_blocks) == depth
     job = kathikon.fetch(poison.id)
-    assert job.errors[-1]["kind"] == "kathikon.exceptions.TransactionLeftOpen"
+    assert job.errors[-1]["kind"] == "kathikon.TransactionLeftOpen"
     assert not Job.objects.filter(queue="poison-writes").exists()
     kathikon.insert(core.Succeed, {})
     assert drain_queue().completed == 1  # the ORM works on after the rollback
@@ -314,6 +314,6 @@ def test_inline_mode_rolls_back_a_transaction_perform_left_open(db):
 
     with testing_mode("inline"):
         job = kathikon.insert("tests.runtime.poison_workers.LeavesTransactionOpen", {})
-    assert job.errors[-1]["kind"] == "kathikon.exceptions.TransactionLeftOpen"
+    assert job.errors[-1]["kind"] == "kathikon.TransactionLeftOpen"
     assert job.state == "retryable"
     assert not Job.objects.filter(queue="poison-writes").exists()

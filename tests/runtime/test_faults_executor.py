@@ -117,7 +117,7 @@ def test_fault_perform_leaving_a_transaction_open(worker_processes):
     ordinary = insert_ordinary()
     worker = worker_processes.start("--queues", "default:1", settings=FAST)  # one thread
     job = wait_until(lambda: poison_settled(
-        poison.id, {"kathikon.exceptions.TransactionLeftOpen"}, ("dead",)), BOUND,
+        poison.id, {"kathikon.TransactionLeftOpen"}, ("dead",)), BOUND,
         message="both attempts failed with TransactionLeftOpen")
     assert "perform left a transaction open" in job.errors[-1]["message"]
     assert not Job.objects.filter(queue="poison-writes").exists()  # its writes rolled back
@@ -128,7 +128,7 @@ def test_fault_an_executor_thread_dying(worker_processes):
     poison = kathikon.insert(f"{POISON}.KillsItsThread", {})
     ordinary = insert_ordinary()
     worker = worker_processes.start("--queues", "default:2", settings=FAST)
-    kinds = {"kathikon.exceptions.ExecutorThreadDied", f"{POISON}.Unprintable",
+    kinds = {"kathikon.ExecutorThreadDied", f"{POISON}.Unprintable",
              "builtins.KeyboardInterrupt"}
     wait_until(lambda: poison_settled(poison.id, kinds, ("dead",)), BOUND,
                message="the dead thread's job failed twice")

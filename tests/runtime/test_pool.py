@@ -134,7 +134,7 @@ def test_pool_a_dying_executor_thread_fails_its_job_and_is_replaced(pool, monkey
     monkeypatch.setattr(acker, "add", add_once_dies)
     died = run(pool, "tests.workers.Succeed")
     assert pool.died == 1
-    assert died.errors[-1]["kind"] == "kathikon.exceptions.ExecutorThreadDied"
+    assert died.errors[-1]["kind"] == "kathikon.ExecutorThreadDied"
     assert "KeyboardInterrupt" in died.errors[-1]["message"]
     assert died.state == "retryable"
     assert run(pool, "tests.workers.Succeed").state == "completed"
@@ -154,7 +154,7 @@ def test_pool_watchdog_fails_the_job_of_a_thread_that_is_gone(pool):
     pool.watch()
     assert pool.held == 0 and pool.died == 1 and pool.acker.flush(5)
     assert kathikon.fetch(inserted.id).errors[-1]["kind"] == (
-        "kathikon.exceptions.ExecutorThreadDied")
+        "kathikon.ExecutorThreadDied")
 
 
 @pytest.mark.parametrize("worker,kind", [
@@ -175,11 +175,11 @@ def test_pool_a_dead_event_loop_fails_its_jobs_and_is_restarted(pool):
     (waiting,) = storage.claim_jobs("default", 1, NODE)
     pool.submit([waiting])
     stopped = run(pool, f"{POISON}.StopsTheLoop", {"sleep": 30})
-    assert stopped.errors[-1]["kind"] == "kathikon.exceptions.EventLoopDied"
+    assert stopped.errors[-1]["kind"] == "kathikon.EventLoopDied"
     wait_until(lambda: pool.held == 0, 5, message="the bystander failed too")
     assert pool.acker.flush(5)
     assert kathikon.fetch(bystander.id).errors[-1]["kind"] == (
-        "kathikon.exceptions.EventLoopDied")
+        "kathikon.EventLoopDied")
     assert not before.alive
     assert loop.revive() and not loop.revive()  # the worker's health check restarts it
     assert loop.process_loop() is not before and loop.process_loop().alive
@@ -189,7 +189,7 @@ def test_pool_a_dead_event_loop_fails_its_jobs_and_is_restarted(pool):
 def test_pool_a_transaction_left_open_is_rolled_back_and_fails_the_attempt(pool):
     poison_job = run(pool, f"{POISON}.LeavesTransactionOpen")
     assert poison_job.state == "retryable"
-    assert poison_job.errors[-1]["kind"] == "kathikon.exceptions.TransactionLeftOpen"
+    assert poison_job.errors[-1]["kind"] == "kathikon.TransactionLeftOpen"
     assert "perform left a transaction open" in poison_job.errors[-1]["message"]
     assert not Job.objects.filter(queue="poison-writes").exists()  # its write rolled back
     for _ in range(3):  # the same threads run ORM jobs normally afterwards
