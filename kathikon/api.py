@@ -46,7 +46,7 @@ def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None
     return job
 
 
-def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 500) -> InsertResult:
+def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 5000) -> InsertResult:
     """Enqueue many jobs with one statement per chunk; bad specs are reported, good ones inserted.
 
     A spec is ``(worker, args)`` or ``(worker, args, options)``.

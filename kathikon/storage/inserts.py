@@ -88,7 +88,7 @@ def insert_job(row: JobRow) -> Job:
     return job
 
 
-def insert_jobs(rows: Sequence[JobRow], chunk_size: int = 500) -> list[uuid.UUID]:
+def insert_jobs(rows: Sequence[JobRow], chunk_size: int = 5000) -> list[uuid.UUID]:
     """Insert many jobs with one statement per chunk (PostgreSQL: ``COPY``).
 
     Returns one id per row: a unique row whose key another job held gets that
