@@ -12,12 +12,12 @@ no rescue runs it again). The runtime's later ack of this attempt is skipped.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from kathikon import conf
-from kathikon.exceptions import InvalidJob, InvalidState
+from kathikon.exceptions import InvalidJob, InvalidState, UnstorableOutcome
 from kathikon.states import EXECUTING_STATES, JobState
+from kathikon.storable import storable_result
 from kathikon.storage import vendor
 from kathikon.storage.completion import complete_in_transaction as write_completion
 
@@ -30,7 +30,8 @@ def complete_in_transaction(job: Job, result: Any = None) -> None:
 
     ``InvalidState`` if the job is not executing in this attempt any more (rescued,
     cancelled, completed already): raised inside your ``atomic()`` block, it rolls
-    your writes back too. ``InvalidJob`` if ``result`` is not JSON.
+    your writes back too. ``InvalidJob`` if ``result`` could not be stored (the rule
+    for a result ``perform`` returns: JSON, no NUL, at most ``MAX_RESULT_BYTES``).
     """
     if job.state not in EXECUTING_STATES or job.completed_in_transaction:
         raise InvalidState(f"job {job.id.hex} is {job.state}: only a job being performed "
@@ -38,11 +39,10 @@ def complete_in_transaction(job: Job, result: Any = None) -> None:
     if conf.result_storage() != "store":
         result = None
     elif result is not None:
-        try:
-            result = json.loads(json.dumps(result, allow_nan=False))
-        except (TypeError, ValueError):
-            raise InvalidJob("the result must be JSON (str, int, float, bool, None, lists "
-                             "and dicts of them)", key="result") from None
+        try:  # the same rule as a returned result, checked before the caller's write
+            result = storable_result(result)
+        except UnstorableOutcome as exc:
+            raise InvalidJob(str(exc), key="result") from None
     now = vendor.now()
 
     def committed() -> None:

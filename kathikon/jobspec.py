@@ -265,12 +265,6 @@ def _check_text(value: Any, key: str) -> None:
             stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
 
 
-def storable_text(text: str) -> str:
-    """``text`` with NUL and lone surrogates replaced by U+FFFD (for messages and tracebacks
-    the database must store whatever they contain)."""
-    return _BAD_CHAR.sub("\ufffd", text) if _BAD_CHAR.search(text) else text
-
-
 def _plain(args: dict[str, Any]) -> bool:
     """True for a flat dict of str keys and str/int/bool/None/float values (exact types).
 

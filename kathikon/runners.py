@@ -23,7 +23,7 @@ from typing import Any
 
 from kathikon.exceptions import InvalidJob, InvalidState, StaleLease
 from kathikon.executor import conclude, settle
-from kathikon.jobspec import checked_delay, dump_value, storable_text
+from kathikon.jobspec import checked_delay, dump_value
 from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES
 from kathikon.storage import vendor
@@ -76,11 +76,7 @@ def _check(job: Any) -> None:
 
 
 def _write(job: Job, outcome: Any) -> Job:
-    execution = conclude(job, outcome)
-    error = execution.ack.error
-    if error is not None:  # an exception's text may hold NUL, which PostgreSQL cannot store
-        execution.ack.error = {key: storable_text(value) if isinstance(value, str) else value
-                               for key, value in error.items()}
+    execution = conclude(job, outcome)  # error texts are made storable where they are built
     settle([execution])
     if not execution.written:
         raise StaleLease(f"job {job.id.hex}: lease {job.lease} is stale (the job was rescued "

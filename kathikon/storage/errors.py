@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from django.db import utils as db
 
-#: PostgreSQL SQLSTATEs that heal: serialization failure, deadlock, lock not available,
+#: PostgreSQL SQLSTATEs that heal (the first three: the transaction lost a race and was
+#: rolled back): serialization failure, deadlock, lock not available,
 #: too many connections, the server shutting down or not accepting connections yet.
-_PG_TRANSIENT = frozenset({"40001", "40P01", "55P03", "53300", "57P01", "57P02", "57P03"})
+_PG_LOST_RACE = frozenset({"40001", "40P01", "55P03"})
+_PG_TRANSIENT = _PG_LOST_RACE | {"53300", "57P01", "57P02", "57P03"}
 #: MariaDB/MySQL error codes that heal: lock wait timeout, deadlock, too many connections,
 #: server shutdown, connection killed, and the client's lost/refused connection errors.
-_MYSQL_TRANSIENT = frozenset({1040, 1053, 1205, 1213, 1927, 4031,
-                              2002, 2003, 2006, 2013, 2055})
+_MYSQL_LOST_RACE = frozenset({1205, 1213})
+_MYSQL_TRANSIENT = _MYSQL_LOST_RACE | {1040, 1053, 1927, 4031, 2002, 2003, 2006, 2013, 2055}
 #: SQLite primary result codes: SQLITE_BUSY, SQLITE_LOCKED.
 _SQLITE_TRANSIENT = frozenset({5, 6})
 
@@ -44,3 +46,16 @@ def is_transient(exc: BaseException) -> bool:
     message = str(exc).lower()
     return isinstance(exc, db.OperationalError) and (
         "database is locked" in message or "database table is locked" in message)
+
+
+def lost_a_race(exc: BaseException) -> bool:
+    """Whether the transaction was rolled back for losing a race with another one (deadlock,
+    serialization failure, lock wait timeout): running it again whole can succeed."""
+    if not isinstance(exc, db.OperationalError):
+        return False
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate in _PG_LOST_RACE
+    code = next(iter(getattr(cause, "args", ())), None)  # mysqlclient: (code, message)
+    return isinstance(code, int) and code in _MYSQL_LOST_RACE

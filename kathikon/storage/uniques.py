@@ -25,10 +25,12 @@ from django.db import OperationalError
 from django.db.models import Case, F, Value, When
 from django.db.models.lookups import GreaterThan
 
+from kathikon.backoff import failure_delay
 from kathikon.jobspec import JobRow
 from kathikon.models import Job
 from kathikon.states import JobState
 from kathikon.storage import notify, vendor
+from kathikon.storage.errors import lost_a_race
 from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
 from kathikon.unique import STATE_BITS
 
@@ -71,9 +73,9 @@ def retrying_deadlocks(action: Callable[[], T]) -> T:
         try:
             return action()
         except OperationalError as exc:
-            if exc.args[0] not in (1205, 1213) or attempt == _DEADLOCK_RETRIES - 1:
+            if not lost_a_race(exc) or attempt == _DEADLOCK_RETRIES - 1:
                 raise
-            time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+            time.sleep(random.uniform(0, failure_delay(attempt, base=0.005, cap=0.05)))
     raise AssertionError("unreachable")
 
 

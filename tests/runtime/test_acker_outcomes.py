@@ -24,6 +24,7 @@ from kathikon.runtime import acker as acker_module
 from kathikon.runtime.acker import Acker
 from kathikon.storage import is_transient
 from kathikon.storage.batches import AWAITING
+from kathikon.storage.errors import lost_a_race
 from tests import workers
 
 from .conftest import connection_lost
@@ -73,6 +74,9 @@ def test_acker_classifies_a_lock_it_could_not_get_as_transient(transactional_db,
     finally:
         other.close()
     assert is_transient(error), repr(error.__cause__)
+    # a lock wait that timed out lost a race (a unique insert runs again); SQLite's busy
+    # writer lock is waited on, never raced for
+    assert lost_a_race(error) is (vendor != "sqlite"), repr(error.__cause__)
 
 
 def test_acker_classifies_a_lost_connection_as_transient(transactional_db, vendor):
@@ -92,13 +96,14 @@ def test_acker_classifies_a_lost_connection_as_transient(transactional_db, vendo
         other.close()
     assert is_transient(error), repr(error.__cause__)
     assert is_transient(connection_lost())
+    assert not lost_a_race(error) and not lost_a_race(connection_lost())
 
 
 def test_acker_classifies_refused_values_and_bugs_as_permanent(transactional_db, vendor):
     job = kathikon.insert(workers.Succeed, {})
     with pytest.raises(IntegrityError) as duplicate, transaction.atomic():
         Job.objects.create(id=job.id, worker=job.worker, queue="default")
-    assert not is_transient(duplicate.value)
+    assert not is_transient(duplicate.value) and not lost_a_race(duplicate.value)
     if vendor == "postgresql":  # the database refuses NUL in text: never heals
         with pytest.raises(DatabaseError) as nul, transaction.atomic():
             Job.objects.filter(id=job.id).update(worker="a\x00b")

@@ -96,9 +96,10 @@ def test_only_a_job_being_performed_can_complete_itself():
     with pytest.raises(kathikon.InvalidState):
         kathikon.complete_in_transaction(job)
     claimed = storage.claim_jobs("default", 1, "n1")[0]
-    with pytest.raises(kathikon.InvalidJob) as caught:
-        kathikon.complete_in_transaction(claimed, {"bad": object()})
-    assert caught.value.key == "result"
+    for unstorable in ({"bad": object()}, {"nan": float("nan")}, {"text": "a\x00b"}):
+        with pytest.raises(kathikon.InvalidJob) as caught:
+            kathikon.complete_in_transaction(claimed, unstorable)
+        assert caught.value.key == "result"
     assert Job.objects.get(pk=job.id).state == "running"
 
 
