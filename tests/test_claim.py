@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -14,6 +13,7 @@ import kathikon
 from kathikon import storage
 from kathikon.models import Job
 from tests import workers
+from tests.concurrency import run_at_once
 
 
 @pytest.mark.django_db
@@ -88,28 +88,15 @@ def test_concurrent_claims_never_take_a_job_twice(concurrent_db):
     total = 600
     kathikon.insert_many([(workers.ReturnsNothing, {"i": i}) for i in range(total)])
     claimed: list[list] = [[] for _ in range(6)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(6)
 
     def claimer(slot: int) -> None:
-        try:
-            start.wait()
-            while True:
-                jobs = storage.claim_jobs("default", 7, f"node-{slot}")
-                if not jobs:
-                    break
-                claimed[slot].extend(job.id for job in jobs)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        while True:
+            jobs = storage.claim_jobs("default", 7, f"node-{slot}")
+            if not jobs:
+                break
+            claimed[slot].extend(job.id for job in jobs)
 
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors
+    run_at_once(claimer, 6)
     every = [job_id for ids in claimed for job_id in ids]
     assert len(every) == total
     assert len(set(every)) == total

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import threading
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 import kathikon
@@ -16,6 +14,7 @@ from kathikon.limits import Limits, merged, parse
 from kathikon.models import Job
 from kathikon.storage.limited import claim_limited_jobs, queue_usage, window_start
 from tests import workers
+from tests.concurrency import run_at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -150,29 +149,16 @@ def test_settings_are_checked_and_a_row_overrides_them_key_by_key(settings):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_limited_claims_never_exceed_the_global_limit(concurrent_db):
     _insert(60)
-    errors: list[BaseException] = []
     peak: list[int] = []
-    start = threading.Barrier(6)
 
     def claimer(slot: int) -> None:
-        try:
-            start.wait()
-            for _ in range(15):
-                claimed = claim_limited_jobs("default", 4, f"n{slot}", Limits(global_limit=5))
-                peak.append(Job.objects.filter(state="running").count())
-                if claimed.jobs:
-                    settle([run_job(job) for job in claimed.jobs[:1]])
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for _ in range(15):
+            claimed = claim_limited_jobs("default", 4, f"n{slot}", Limits(global_limit=5))
+            peak.append(Job.objects.filter(state="running").count())
+            if claimed.jobs:
+                settle([run_job(job) for job in claimed.jobs[:1]])
 
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not errors, errors[:3]
+    run_at_once(claimer, 6, timeout=120)
     assert max(peak) <= 5
     assert Job.objects.filter(state="running").count() <= 5
     assert storage.count_by_state()["completed"] > 0

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 import kathikon
@@ -19,6 +17,7 @@ from kathikon.storage.acks import Ack
 from kathikon.storage.quarantine import claim_suspect
 from kathikon.storage.rescue import ERROR_KIND
 from tests import workers
+from tests.concurrency import run_at_once
 from tests.runtime.test_services_periodic import Clock
 
 RESCUE_AFTER = 60
@@ -253,25 +252,12 @@ def test_concurrent_lifelines_rescue_each_job_once(concurrent_db: None):
     total = 120
     jobs = held("dead", total)
     results: list[list[Any]] = [[] for _ in range(4)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(4)
 
     def rescue(slot: int) -> None:
-        try:
-            start.wait()
-            results[slot] = Lifeline(f"r{slot}", clock=clock, rescue_after=RESCUE_AFTER,
-                                     limit=7).run_once()
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        results[slot] = Lifeline(f"r{slot}", clock=clock, rescue_after=RESCUE_AFTER,
+                                 limit=7).run_once()
 
-    threads = [threading.Thread(target=rescue, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors
+    run_at_once(rescue, 4)
     rescued = [r.job.id for result in results for r in result]
     assert len(rescued) == len(set(rescued)) == total
     assert set(rescued) == {job.id for job in jobs}
