@@ -181,8 +181,7 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
             if invoke is not None:
                 outcome = invoke(worker, job)
             else:
-                outcome = call_perform(worker, job,
-                                       timeout if timeout is not None else job_timeout(cls, job))
+                outcome = call_perform(worker, job, timeout)
             if isinstance(outcome, (Retry, Discard, Snooze)):
                 raise outcome
             result = _storable(outcome)
@@ -248,15 +247,17 @@ def is_async_worker(cls: type[Worker]) -> bool:
 
 
 def call_perform(worker: Worker, job: Job, timeout: float | None) -> Any:
-    """Call ``perform``; coroutines run on the process's event loop with ``timeout``.
+    """Call ``perform``; coroutines run on the process's event loop with ``timeout``
+    (``None``: the worker's own, looked up only here, for async workers).
 
-    A synchronous ``perform`` cannot be interrupted: its timeout is the runtime's
-    watchdog (kathikon.runtime.dispatcher).
+    A synchronous ``perform`` cannot be interrupted: its timeout is the executor
+    pool's watchdog (kathikon.runtime.pool), so it is not looked up per job here.
     """
     if is_async_worker(type(worker)):
         from kathikon.runtime.loop import run_coroutine
 
-        return run_coroutine(worker.perform(job), timeout)
+        limit = timeout if timeout is not None else job_timeout(type(worker), job)
+        return run_coroutine(worker.perform(job), limit)
     return worker.perform(job)
 
 

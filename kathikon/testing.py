@@ -62,7 +62,7 @@ def perform_job(worker: type[Worker] | str, args: dict[str, Any] | None = None,
     """
     from django.utils import timezone
 
-    from kathikon.executor import call_perform, job_timeout, run_job
+    from kathikon.executor import call_perform, run_job
     from kathikon.states import JobState
 
     attempt = options.pop("attempt", 1)
@@ -78,7 +78,7 @@ def perform_job(worker: type[Worker] | str, args: dict[str, Any] | None = None,
     returned: dict[str, Any] = {}
 
     def invoke(instance: Worker, running: Any) -> Any:
-        returned["value"] = call_perform(instance, running, job_timeout(type(instance), running))
+        returned["value"] = call_perform(instance, running, None)
         return returned["value"]
 
     execution = run_job(job, invoke=invoke)
