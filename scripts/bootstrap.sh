@@ -16,8 +16,11 @@ pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing ${need_apt[*]} (apt-get)"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    # Another apt (the machine's own start-up, a second checkout) may hold the lock: wait.
+    wait_lock=(-o DPkg::Lock::Timeout=600 -o Acquire::Lock::Timeout=600)
+    apt-get "${wait_lock[@]}" update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get "${wait_lock[@]}" install -y -qq "${need_apt[@]}" \
+      >/dev/null
   else
     echo "bootstrap: missing system packages ${need_apt[*]}; some tests will be skipped" >&2
   fi
