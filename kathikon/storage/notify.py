@@ -29,6 +29,11 @@ def notify(event: str, queues: Iterable[str]) -> None:
                        [CHANNEL, event, names])
 
 
+def payload(event: str, queue: str) -> str:
+    """The payload of ``event`` for ``queue``: what ``parse`` reads back."""
+    return f"{event} {queue}"
+
+
 def parse(payload: str) -> tuple[str, str]:
     """``(event, queue)`` from a payload."""
     event, _, queue = payload.partition(" ")

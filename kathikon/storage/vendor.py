@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from contextlib import AbstractContextManager
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from kathikon import conf
@@ -30,6 +33,22 @@ def vendor() -> str:
 
 def is_postgres() -> bool:
     return vendor() == "postgresql"
+
+
+def binds_on_client(cursor: CursorWrapper) -> bool:
+    """True when the driver writes the parameters into the query text (psycopg 2, and
+    psycopg 3's ``ClientCursor``, Django's default): one ``execute`` may then carry several
+    statements. Not with ``OPTIONS={"server_side_binding": True}``."""
+    return _class_binds_on_client(cursor.cursor.__class__)
+
+
+@functools.cache
+def _class_binds_on_client(cursor_class: Any) -> bool:
+    if cursor_class.__module__.startswith("psycopg2"):
+        return True
+    from psycopg import ClientCursor  # a psycopg 3 cursor: the driver is installed
+
+    return issubclass(cursor_class, ClientCursor)
 
 
 def reset_connection(database: str | None = None) -> None:

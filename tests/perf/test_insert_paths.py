@@ -6,7 +6,7 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
 import kathikon
 from kathikon.models import Job
@@ -73,3 +73,66 @@ def test_insert_many_notifies_each_queue_with_available_jobs_once_on_commit(post
     finally:
         listener.close()
     assert payloads == ["available default", "available emails"]
+
+
+@pytest.fixture(params=["client_binding", "server_binding"])
+def insert_cursor(request, postgres_only):
+    """Kathikon's connection as Django makes it by default (psycopg's ClientCursor: insert and
+    NOTIFY in one message) or with ``OPTIONS={"server_side_binding": True}`` (one CTE)."""
+    default = connections["default"]
+    if request.param == "client_binding":
+        yield default
+        return
+    options = {**default.settings_dict["OPTIONS"], "server_side_binding": True}
+    wrapper = type(default)({**default.settings_dict, "OPTIONS": options}, alias="default")
+    connections["default"] = wrapper  # this thread's connection, for Kathikon and atomic()
+    try:
+        yield wrapper
+    finally:
+        connections["default"] = default
+        wrapper.close()
+
+
+def _listener():
+    import psycopg
+
+    settings = connection.settings_dict
+    listener = psycopg.connect(host=settings["HOST"], port=settings["PORT"],
+                               user=settings["USER"], dbname=settings["NAME"], autocommit=True)
+    listener.execute("LISTEN kathikon")
+    return listener
+
+
+@pytest.mark.django_db(transaction=True)
+def test_insert_stores_the_row_and_wakes_its_queue_on_commit_through_either_cursor(
+        insert_cursor):
+    from kathikon.storage import vendor
+
+    listener = _listener()
+
+    def woken() -> list[str]:
+        return sorted(n.payload for n in listener.notifies(timeout=0.3))
+
+    try:
+        with insert_cursor.cursor() as cursor:
+            server_binding = insert_cursor.settings_dict["OPTIONS"].get("server_side_binding")
+            assert vendor.binds_on_client(cursor) is not server_binding
+        now = kathikon.insert(workers.Succeed, TRICKY, queue="emails", priority=7,
+                              meta={"m": "x\ty"}, batch_id=uuid.uuid4())
+        later = kathikon.insert(workers.Succeed, {}, queue="later", schedule_in=60)
+        assert woken() == ["available emails"]  # a scheduled job wakes nobody
+        with transaction.atomic(using="default"):
+            kathikon.insert(workers.Succeed, {}, queue="rolled")
+            transaction.set_rollback(True, using="default")
+        with transaction.atomic(using="default"):
+            inside = kathikon.insert(workers.Succeed, {}, queue="inside")
+            assert woken() == []  # NOTIFY is delivered on commit
+        assert woken() == ["available inside"]
+    finally:
+        listener.close()
+    stored = Job.objects.get(id=now.id)
+    assert {f: getattr(stored, f) for f in COMPARED} == {f: getattr(now, f) for f in COMPARED}
+    assert stored.args == TRICKY and stored.inserted_at == now.inserted_at
+    assert Job.objects.get(id=later.id).state == "scheduled"
+    assert Job.objects.filter(id=inside.id).exists()
+    assert not Job.objects.filter(queue="rolled").exists()
