@@ -14,7 +14,16 @@ from typing import Any
 
 from kathikon import conf, signals, storage
 from kathikon.exceptions import InvalidJob, InvalidQueue, KathikonError
-from kathikon.jobspec import InsertResult, build_row, checked_delay, unpack_spec, worker_class
+from kathikon.ids import id_stream
+from kathikon.jobspec import (
+    InsertResult,
+    RowPlan,
+    build_row,
+    checked_delay,
+    plan_row,
+    unpack_spec,
+    worker_class,
+)
 from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import merged as merged_limits
 from kathikon.models import Job, Queue
@@ -55,10 +64,18 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 5000) -> In
         raise InvalidJob("chunk_size must be an int >= 1", key="chunk_size")
     rows, errors, positions = [], [], []
     now = storage.vendor.now()
+    plans: dict[str | type, RowPlan] = {}  # option-less specs: one plan per worker
+    fresh_ids = id_stream()
     for index, spec in enumerate(specs):
         try:
             worker, args, options = unpack_spec(spec)
-            rows.append(build_row(worker, args, options, now))
+            reusable = not options and isinstance(worker, (str, type))
+            plan = plans.get(worker) if reusable else None
+            if plan is None:
+                plan = plan_row(worker, options, now)
+                if reusable:
+                    plans[worker] = plan
+            rows.append(plan.row(args, next(fresh_ids)))
             positions.append(index)
         except InvalidJob as exc:
             errors.append((index, str(exc)))
@@ -67,10 +84,11 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 5000) -> In
                  if pk != row.id]
     if conflicts:
         rows = [row for row, pk in zip(rows, ids, strict=True) if pk == row.id]
+    listened = {path: cls for path, cls in map(worker_class, {row.worker for row in rows})
+                if signals.job_inserted.has_listeners(cls)}
     for row in rows:
-        _, cls = worker_class(row.worker)
-        if signals.job_inserted.has_listeners(cls):
-            signals.send(signals.job_inserted, cls, job=row.to_job())
+        if row.worker in listened:
+            signals.send(signals.job_inserted, listened[row.worker], job=row.to_job())
     if rows and conf.testing_mode() == "inline":
         from kathikon.testing import run_inline
 

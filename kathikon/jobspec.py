@@ -20,7 +20,7 @@ from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidJob
 from kathikon.ids import new_id, parse_id
 from kathikon.states import JobState
-from kathikon.unique import as_unique
+from kathikon.unique import Unique, as_unique
 from kathikon.workers import Worker, resolve_worker
 
 if TYPE_CHECKING:
@@ -296,15 +296,57 @@ def _bad_arg_message(args: dict[str, Any], key: str = "args") -> str:
             "and lists or dicts of them with string keys)")
 
 
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """Everything ``build_row`` decides before it looks at the args: one plan serves every
+    option-less spec of a worker in an ``insert_many`` call."""
+
+    path: str
+    queue: str
+    priority: int
+    max_attempts: int
+    state: str
+    available_at: dt.datetime
+    scheduled_at: dt.datetime | None
+    inserted_at: dt.datetime
+    meta: dict[str, Any]
+    batch_id: uuid.UUID | None
+    parent_job_id: uuid.UUID | None
+    cron_id: uuid.UUID | None
+    unique: Unique | None
+
+    def row(self, args: Any, job_id: uuid.UUID | None = None) -> JobRow:
+        """The row for ``args`` (checked here); ``InvalidJob`` names the bad key."""
+        args, args_json = dump_args(args)
+        row = JobRow(
+            id=job_id or new_id(), queue=self.queue, worker=self.path, args=args,
+            args_json=args_json, state=self.state, priority=self.priority,
+            max_attempts=self.max_attempts, scheduled_at=self.scheduled_at,
+            available_at=self.available_at, inserted_at=self.inserted_at, meta=self.meta,
+            batch_id=self.batch_id, parent_job_id=self.parent_job_id, cron_id=self.cron_id,
+        )
+        unique = self.unique
+        if unique is not None and self.state in unique.states:  # else: nothing to hold
+            row.unique_key = unique.key(self.path, self.queue, args, self.meta,
+                                        self.inserted_at)
+            row.unique_states = unique.state_bits
+            row.replace = unique.replace
+        return row
+
+
 def build_row(worker: Any, args: Any, options: dict[str, Any],
               now: dt.datetime | None = None) -> JobRow:
     """Validate everything and return the row to insert; ``InvalidJob`` names the bad key."""
+    return plan_row(worker, options, now).row(args)
+
+
+def plan_row(worker: Any, options: dict[str, Any], now: dt.datetime | None = None) -> RowPlan:
+    """Validate the worker and the options; ``InvalidJob`` names the bad key."""
     unknown = set(options) - OPTION_KEYS
     if unknown:
         key = sorted(unknown)[0]
         raise InvalidJob(f"unknown option {key!r}", key=key)
     path, cls = worker_class(worker)
-    args, args_json = dump_args(args)
     now = now or timezone.now()
 
     queue = _option(options, "queue", cls.queue)
@@ -331,22 +373,14 @@ def build_row(worker: Any, args: Any, options: dict[str, Any],
         raise InvalidJob("meta must be a dict", key="meta")
     if meta:
         dump_args(meta, "meta")
-    unique = as_unique(cls.unique if options.get("unique") is None else options["unique"])
-    row = JobRow(
-        id=new_id(), queue=queue, worker=path, args=args, args_json=args_json,
+    return RowPlan(
+        path=path, queue=queue, priority=priority, max_attempts=max_attempts,
         state=JobState.SCHEDULED if available_at > now else JobState.AVAILABLE,
-        priority=priority, max_attempts=max_attempts, scheduled_at=scheduled_at,
-        available_at=available_at, inserted_at=now, meta=meta,
+        available_at=available_at, scheduled_at=scheduled_at, inserted_at=now, meta=meta,
         batch_id=_ref(options, "batch_id"), parent_job_id=_ref(options, "parent_job_id"),
         cron_id=_ref(options, "cron_id"),
+        unique=as_unique(cls.unique if options.get("unique") is None else options["unique"]),
     )
-    if unique is not None:
-        row.unique_key = unique.key(path, queue, args, meta, now)
-        row.unique_states = unique.state_bits if row.state in unique.states else None
-        if row.unique_states is None:  # inserted outside its unique states: nothing to hold
-            row.unique_key = None
-        row.replace = unique.replace
-    return row
 
 
 def _option(options: dict[str, Any], key: str, default: Any) -> Any:

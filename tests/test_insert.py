@@ -160,6 +160,30 @@ def test_insert_many_inserts_good_specs_and_reports_bad_ones_by_index():
     assert stored[result.ids[1]].priority == 5
 
 
+def test_insert_many_option_less_specs_of_one_worker_each_keep_their_own_args_and_key():
+    """Option-less specs of one worker share what was decided from the worker (one plan);
+    each row still gets its own id, args and unique key, by class or by dotted path."""
+    result = kathikon.insert_many([
+        (workers.SyncAccount, {"account_id": 1}),
+        ("tests.workers.SyncAccount", {"account_id": 2}),
+        (workers.SyncAccount, {"account_id": 1}),  # held by the first
+        (workers.SyncAccount, {"account_id": 3}, {"queue": "other"}),
+        (workers.SyncAccount, {"account_id": "x" * 3, "bad": object()}),
+        (workers.Succeed, {"i": 1}),
+        ("tests.workers.Succeed", {"i": 2}),
+    ])
+    assert result.inserted == 5 and result.conflicts == [2]
+    assert [index for index, _ in result.errors] == [4]
+    jobs = [kathikon.fetch(hex_id) for hex_id in result.ids]
+    assert jobs[2].id == jobs[0].id
+    assert [job.args for job in jobs] == [{"account_id": 1}, {"account_id": 2},
+                                          {"account_id": 1}, {"account_id": 3}, {"i": 1},
+                                          {"i": 2}]
+    assert len({job.id for job in jobs}) == 5
+    assert len({job.unique_key for job in jobs[:4]}) == 3
+    assert [job.queue for job in jobs] == ["default"] * 3 + ["other"] + ["default"] * 2
+
+
 def test_insert_many_uses_one_statement_per_chunk():
     specs = [(workers.Succeed, {"i": i}) for i in range(1000)]
     with CaptureQueriesContext(connection) as queries:

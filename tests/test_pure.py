@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import uuid
 
@@ -9,7 +10,7 @@ import pytest
 
 import kathikon
 from kathikon.backoff import MAX_SECONDS, failure_delay, with_jitter
-from kathikon.ids import new_id, parse_id
+from kathikon.ids import id_stream, new_id, new_ids, parse_id
 from kathikon.workers import resolve_worker
 
 
@@ -40,6 +41,15 @@ def test_ids_are_uuid7_unique_and_increasing():
     assert len(set(ids)) == 10000
     assert ids == sorted(ids)
     assert {i.version for i in ids} == {7}
+
+
+def test_ids_made_in_bulk_interleave_with_single_ones_in_order():
+    made = [new_id(), *new_ids(6000), new_id(), *itertools.islice(id_stream(batch=100), 250),
+            new_id()]
+    assert len(set(made)) == len(made) == 6253
+    assert made == sorted(made)  # over 4096 in a millisecond borrow the next one, in order
+    assert {i.version for i in made} == {7}
+    assert len({i.int & ((1 << 62) - 1) for i in made}) == len(made)  # random bits differ
 
 
 def test_parse_id_accepts_hex_dashed_and_uuid():
