@@ -49,8 +49,9 @@ from kathikon.storage.runtime import executing_jobs
 logger = logging.getLogger("kathikon.runtime")
 
 COALESCE = 0.002  # seconds a freed slot waits for others before claiming again
-BUFFER_PER_SLOT = 4  # the local buffer holds up to this many jobs per executor thread ...
-BUFFER_MAX = 200     # ... and never more than this
+BUFFER_PER_SLOT = 20  # the local buffer holds up to this many jobs per executor thread ...
+BUFFER_MAX = 200      # ... and never more than this (a claim then costs the database
+# ~40 µs of CPU per job instead of ~80 at 4 per thread: planning and commit are per statement)
 FAST_JOB = 0.005     # seconds: jobs that run longer than this on average are not buffered
 HELD_POLL = 0.05  # seconds between claims while a limit holds a queue back (capacity may free
 # on another node: nothing wakes this one)

@@ -60,7 +60,7 @@ def drain(dispatcher: Dispatcher, pool: RunPool, run_time: float, rounds: int) -
 
 def test_a_backlog_of_fast_jobs_grows_the_claims_up_to_the_buffer():
     dispatcher, pool, claim = make(concurrency=4, backlog=10_000)
-    drain(dispatcher, pool, 0.0001, 40)
+    drain(dispatcher, pool, 0.0001, 200)
     most = 4 + BUFFER_PER_SLOT * 4
     assert claim.limits[0] == 4  # nothing known about the jobs yet: only what runs
     assert max(claim.limits) > 4  # then the buffer fills too ...
