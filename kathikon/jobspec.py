@@ -7,6 +7,7 @@ path validates the same way and names the offending key.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
@@ -98,10 +99,23 @@ class JobRow:
         job = Job.__new__(Job)
         values = job.__dict__
         values["_state"] = ModelState()
-        for column in Job._meta.concrete_fields:  # field order, defaults as __init__ applies
-            name = column.attname
-            values[name] = given[name] if name in given else column.get_default()
+        for name, default in _column_defaults(Job):  # field order, as __init__ fills them
+            if name in given:
+                values[name] = given[name]
+            else:
+                values[name] = default() if callable(default) else default
         return job
+
+
+@functools.cache
+def _column_defaults(model: type[Job]) -> tuple[tuple[str, Any], ...]:
+    """``(attname, default)`` of every column in field order: a callable default (a factory,
+    called per job) or the value ``get_default()`` returns, which is the same every time."""
+    return tuple(
+        (column.attname,
+         column.default if column.has_default() and callable(column.default)
+         else column.get_default())
+        for column in model._meta.concrete_fields)
 
 
 @dataclass(frozen=True)
@@ -296,7 +310,7 @@ def _bad_arg_message(args: dict[str, Any], key: str = "args") -> str:
             "and lists or dicts of them with string keys)")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RowPlan:
     """Everything ``build_row`` decides before it looks at the args: one plan serves every
     option-less spec of a worker in an ``insert_many`` call."""

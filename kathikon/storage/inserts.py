@@ -15,6 +15,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from kathikon.jobspec import JobRow
 from kathikon.models import Job
 from kathikon.states import JobState
@@ -85,19 +88,21 @@ def insert_job(row: JobRow) -> Job:
         with explain_missing_schema():
             return uniques.retrying_deadlocks(
                 lambda: uniques.insert_unique_job(row, row.replace))
+    alias = vendor.alias()
+    connection = connections[alias]
     job = row.to_job()
-    with explain_missing_schema():
-        if vendor.is_postgres():
-            _insert_one_postgres(row)
+    with explain_missing_schema(connection):
+        if connection.vendor == "postgresql":
+            _insert_one_postgres(connection, row)
         else:
-            job.save(force_insert=True, using=vendor.alias())
+            job.save(force_insert=True, using=alias)
     job._state.adding = False
-    job._state.db = vendor.alias()
+    job._state.db = alias
     return job
 
 
-def _insert_one_postgres(row: JobRow) -> None:
-    with vendor.connection().cursor() as cursor:
+def _insert_one_postgres(connection: BaseDatabaseWrapper, row: JobRow) -> None:
+    with connection.cursor() as cursor:
         if not vendor.binds_on_client(cursor):
             cursor.execute(_PG_INSERT_ONE_CTE, _pg_values(row))
         elif row.state == JobState.AVAILABLE:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import DatabaseError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.executor import MigrationExecutor
 
 from kathikon.exceptions import NotMigrated
@@ -44,7 +45,7 @@ def not_migrated(detail: str) -> NotMigrated:
 
 
 @contextmanager
-def explain_missing_schema() -> Iterator[None]:
+def explain_missing_schema(connection: BaseDatabaseWrapper | None = None) -> Iterator[None]:
     """Turn "no such table/column" from a Kathikon statement into ``NotMigrated``.
 
     On PostgreSQL the failed statement has aborted the surrounding transaction, as
@@ -53,15 +54,16 @@ def explain_missing_schema() -> Iterator[None]:
     MariaDB and SQLite only refused the statement, so the caller's block stays
     usable there: the rollback mark Django's ORM set for this error is lifted.
     """
-    connection = vendor.connection()
+    if connection is None:
+        connection = vendor.connection()
     marked = connection.needs_rollback
     try:
         yield
     except Exception as exc:  # Django's DatabaseError, or the driver's (psycopg's COPY)
         if not is_missing_schema(exc):
             raise
-        if connection.in_atomic_block and not marked and not vendor.is_postgres():
-            transaction.set_rollback(False, using=vendor.alias())
+        if connection.in_atomic_block and not marked and connection.vendor != "postgresql":
+            transaction.set_rollback(False, using=connection.alias)
         raise not_migrated(str(exc).strip().splitlines()[0]) from exc
 
 
