@@ -336,7 +336,8 @@ class RowPlan:
             id=job_id or new_id(), queue=self.queue, worker=self.path, args=args,
             args_json=args_json, state=self.state, priority=self.priority,
             max_attempts=self.max_attempts, scheduled_at=self.scheduled_at,
-            available_at=self.available_at, inserted_at=self.inserted_at, meta=self.meta,
+            available_at=self.available_at, inserted_at=self.inserted_at,
+            meta=dict(self.meta),  # each job its own: a plan serves many
             batch_id=self.batch_id, parent_job_id=self.parent_job_id, cron_id=self.cron_id,
         )
         unique = self.unique
