@@ -65,7 +65,9 @@ ALL_SIGNALS: dict[str, Signal] = {
 
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal``; a receiver that raises is logged, never propagated."""
-    if not signal.has_listeners(sender):
+    # No receiver at all (the common case, twice per job): skip has_listeners(), which takes
+    # the signal's lock and walks its receivers; Django's own send() checks the same first.
+    if not signal.receivers or not signal.has_listeners(sender):
         return
     for receiver, response in signal.send_robust(sender, **kwargs):
         if isinstance(response, Exception):

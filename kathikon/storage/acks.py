@@ -53,7 +53,7 @@ SET state = 'completed', completed_at = %s, result = v.result::jsonb,
     unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[], %s::text[]) AS v(id, lease, result)
 WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
-RETURNING j.id
+RETURNING j.id::text
 """
 
 _PG_COMPLETE_NO_RESULT = f"""
@@ -61,7 +61,7 @@ UPDATE kathikon_job AS j
 SET state = 'completed', completed_at = %s, result = NULL, unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[]) AS v(id, lease)
 WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
-RETURNING j.id
+RETURNING j.id::text
 """
 
 
@@ -133,7 +133,8 @@ def _write(completed: list[Ack], others: list[Ack], now: dt.datetime) -> set[uui
 def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
     # ids and leases go as array literals ('{…}'): psycopg would dump Python lists element by
     # element in Python; uuids and ints need no quoting.
-    ids = "{" + ",".join([str(ack.job.id) for ack in acks]) + "}"
+    texts = [str(ack.job.id) for ack in acks]
+    ids = "{" + ",".join(texts) + "}"
     leases = "{" + ",".join([str(int(ack.job.lease)) for ack in acks]) + "}"
     with vendor.connection().cursor() as cursor:
         if all(ack.result is None for ack in acks):
@@ -141,8 +142,10 @@ def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
         else:
             results = [None if ack.result is None else json.dumps(ack.result) for ack in acks]
             cursor.execute(_PG_COMPLETE, [now, ids, leases, results])
-        return {row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(row[0])
-                for row in cursor.fetchall()}
+        # The ids come back as text (PostgreSQL writes uuids as str() does): matched against
+        # the texts sent, no UUID is parsed per row.
+        returned = {row[0] for row in cursor.fetchall()}
+    return {ack.job.id for ack, text in zip(acks, texts, strict=True) if text in returned}
 
 
 def _complete_locking(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
