@@ -4,6 +4,12 @@ Run with ``-m browser``; skipped when /usr/bin/chromium or playwright is
 missing (failed when ``CI=true``). ``KATHIKON_UPDATE_SCREENSHOTS=1`` writes the
 screenshots used by docs/admin.md into docs/img/ (otherwise they go to a
 temporary directory).
+
+SQLite only (the database ``make demo`` opens the admin on): what the browser adds is
+Chromium's rendering, layout and clicks. Every page and action it drives is also tested
+on SQLite, PostgreSQL and MariaDB through Django's test client (test_admin_op.py: lists,
+filters, date ranges, detail pages, actions, permissions, the overview's numbers). A
+browser run is about 30 s and the most CPU of any module; three would prove no more.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 import kathikon
@@ -40,6 +47,9 @@ def unavailable(why: str) -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    if connection.vendor != "sqlite":
+        pytest.skip("browser tests run on SQLite only (KATHIKON_DB=sqlite); the admin's "
+                    "queries are tested on every database in test_admin_op.py")
     if not Path(CHROMIUM).exists():
         unavailable(f"browser tests need Chromium at {CHROMIUM} (Debian: apt-get install "
                     "chromium)")

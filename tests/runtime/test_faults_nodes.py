@@ -38,6 +38,14 @@ SETTINGS = {
     "SHUTDOWN_GRACE_PERIOD": 5,
     "QUEUES": {"default": {"concurrency": 4}},
 }
+# PostgreSQL only: what these runs prove is the processes' side (a child that dies, the
+# supervisor restarting it, a process refused or superseded by its node name), which does
+# not depend on the database. The SQL under it (crash suspects, quarantine claims, the
+# culprit's charge; exclusive registration and take-over) runs on SQLite, PostgreSQL and
+# MariaDB in test_crash_budget.py and test_node_names.py. Each run here is 1-14 s of
+# real processes; three databases would triple that for nothing more proved.
+pytestmark = pytest.mark.usefixtures("postgres_only")
+
 POISON_BOUND = 60  # seconds: CRASH_LIMIT + 1 crashes, restart delays 1+2+5+10 s at worst
 
 
