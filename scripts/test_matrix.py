@@ -5,8 +5,12 @@
     lts       .venv-52  (Python 3.11, Django 5.2): every test but the whole-process and
                         browser ones (those exercise the OS and Chromium, not Django)
 
-The lts line runs beside the primary one (it is light: no whole-process or browser
-tests), so the whole matrix takes about as long as the primary line alone.
+The runs go side by side in lanes: each primary database has its own lane (most of
+their time is spent waiting on worker processes, not computing), and the light lts
+line runs its databases one after another in a fourth. Each run uses its own test
+database (suffix ``_<line>``, after ``KATHIKON_DB_SUFFIX`` if set), so they never
+collide. PostgreSQL's primary run prints its progress live; every other run's output
+is kept in .test-reports/ and printed when all are done.
 With CI=true every database and both virtualenvs must be there, or the run fails.
 Prints one line per run and a closing 'N passed, N failed, N skipped' line.
 """
@@ -25,6 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+LIVE = ("primary", "postgres")  # the longest run: its progress is printed as it goes
+
+Run = tuple[str, str, Path]  # (line, database, virtualenv)
+Result = tuple[str, int, float, Path]  # (label, exit code, seconds, log)
 
 
 def reachable(port: int) -> bool:
@@ -55,67 +63,79 @@ def main(argv: list[str]) -> int:
     reports = ROOT / ".test-reports"
     shutil.rmtree(reports, ignore_errors=True)
     reports.mkdir()
+    lanes = plan(databases, venvs)
+    print(f"test-matrix: {sum(map(len, lanes))} runs in {len(lanes)} lanes side by side: "
+          + "; ".join(" then ".join(f"{line}/{db}" for line, db, _ in lane) for lane in lanes),
+          flush=True)
+    results: list[list[Result]] = [[] for _ in lanes]
+    threads = [threading.Thread(target=lambda i=i, lane=lane: results[i].extend(
+                   run_lane(lane, reports, extra)), daemon=True)
+               for i, lane in enumerate(lanes)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done = [result for lane in results for result in lane]
+    for label, _code, _seconds, log in done:
+        if log.stat().st_size:
+            print(f"test-matrix: {label}, its output:", flush=True)
+            print(log.read_text(errors="replace"), end="", flush=True)
     totals = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     failed_runs: list[str] = []
-    runs = {name: [(db, venv) for db, ok in databases.items() if ok]
-            for name, venv in venvs.items() if (venv / "bin" / "python").exists()}
-    # The lts line (no whole-process or browser tests: light on the machine) runs beside
-    # the primary one, its output kept in a log and printed when it is done.
-    background = None
-    if "lts" in runs and "primary" in runs:
-        lts_line = runs.pop("lts")
-        lts_results: list[tuple[str, int, float, Path]] = []
-        print("test-matrix: lts runs beside the primary line (its output follows at the end)",
-              flush=True)
-        background = threading.Thread(
-            target=lambda: lts_results.extend(run_line("lts", lts_line, reports, extra,
-                                                       quiet=True)), daemon=True)
-        background.start()
-    for venv_name, line in list(runs.items()):
-        collect(run_line(venv_name, line, reports, extra), totals, failed_runs)
-    if background is not None:
-        background.join()
-        for label, _code, _seconds, log in lts_results:
-            print(f"test-matrix: {label} (ran beside the primary line), its output:", flush=True)
-            print(log.read_text(errors="replace"), end="", flush=True)
-        collect(lts_results, totals, failed_runs)
+    collect(done, totals, failed_runs)
     failed = totals["failed"] + totals["errors"]
-    print(f"{totals['passed']} passed, {failed} failed, {totals['skipped']} skipped")
+    print(f"{totals['passed']} passed, {failed} failed, {totals['skipped']} skipped "
+          f"in {time.monotonic() - started:.0f}s")
     if failed_runs:
         print(f"test-matrix: failing runs: {', '.join(failed_runs)}")
         return 1
     return 0 if totals["passed"] else 1
 
 
-def run_line(venv_name: str, line: list[tuple[str, Path]], reports: Path, extra: list[str],
-             quiet: bool = False) -> list[tuple[str, int, float, Path]]:
-    """Run pytest for each database of one virtualenv in turn; (label, exit, seconds, log)."""
+def plan(databases: dict[str, bool], venvs: dict[str, Path]) -> list[list[Run]]:
+    """One lane per primary database, the lts line's databases in one more lane."""
+    present = {name: venv for name, venv in venvs.items() if (venv / "bin" / "python").exists()}
+    reached = [db for db, ok in databases.items() if ok]
+    lanes: list[list[Run]] = []
+    if "primary" in present:
+        # PostgreSQL first: the longest run starts at once.
+        order = sorted(reached, key=lambda db: db != "postgres")
+        lanes += [[("primary", db, present["primary"])] for db in order]
+    if "lts" in present:
+        lanes.append([("lts", db, present["lts"]) for db in reached])
+    return [lane for lane in lanes if lane]
+
+
+def run_lane(lane: list[Run], reports: Path, extra: list[str]) -> list[Result]:
+    """Run pytest for each run of one lane in turn."""
     results = []
-    for db, venv in line:
-        label = f"{venv_name}/{db}"
-        report = reports / f"{venv_name}-{db}.xml"
-        log = reports / f"{venv_name}-{db}.log"
+    for line, db, venv in lane:
+        label = f"{line}/{db}"
+        report = reports / f"{line}-{db}.xml"
+        log = reports / f"{line}-{db}.log"
         args = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:randomly",
                 f"--junitxml={report}", *extra]
-        if venv_name == "lts":
+        if line == "lts":
             args += ["-m", "not slow and not browser"]
-        env = {**os.environ, "KATHIKON_DB": db, "KATHIKON_DB_SUFFIX": f"_{venv_name}"}
+        suffix = os.environ.get("KATHIKON_DB_SUFFIX", "") + f"_{line}"
+        env = {**os.environ, "KATHIKON_DB": db, "KATHIKON_DB_SUFFIX": suffix}
         started = time.monotonic()
-        if not quiet:
-            print(f"test-matrix: {label} ...", flush=True)
-        if quiet:
+        if (line, db) == LIVE:
+            print(f"test-matrix: {label} (live) ...", flush=True)
+            log.write_text("")
+            code = subprocess.call(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+        else:
             with log.open("w") as out:
                 code = subprocess.call(args, cwd=ROOT, env=env, stdout=out,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        else:
-            log.write_text("")
-            code = subprocess.call(args, cwd=ROOT, env=env)
-        results.append((label, code, time.monotonic() - started, log))
+        seconds = time.monotonic() - started
+        print(f"\ntest-matrix: {label} finished in {seconds:.0f}s (exit {code})", flush=True)
+        results.append((label, code, seconds, log))
     return results
 
 
-def collect(results: list[tuple[str, int, float, Path]], totals: dict[str, int],
-            failed_runs: list[str]) -> None:
+def collect(results: list[Result], totals: dict[str, int], failed_runs: list[str]) -> None:
     """Add each run's counts from its JUnit report and print its one-line summary."""
     for label, code, seconds, _log in results:
         counts = parse(label_report(label))
@@ -129,8 +149,8 @@ def collect(results: list[tuple[str, int, float, Path]], totals: dict[str, int],
 
 
 def label_report(label: str) -> Path:
-    venv_name, db = label.split("/")
-    return ROOT / ".test-reports" / f"{venv_name}-{db}.xml"
+    line, db = label.split("/")
+    return ROOT / ".test-reports" / f"{line}-{db}.xml"
 
 
 def parse(report: Path) -> dict[str, int]:
