@@ -337,11 +337,10 @@ class WorkerProcess:
             else:
                 dispatcher.set_concurrency(concurrency)
         if added:  # the ops summary and the overview read which queues live nodes serve
-            _safely(lambda: storage.set_node_queues(self.node, limits), "recording the queues")
-        for name, flow in self._queue_flow(rows).items():
-            self.dispatchers[name].set_limits(flow)
             _safely(lambda: storage.set_node_queues(self.node, limits, instance=self.instance),
                     "recording the queues")
+        for name, flow in self._queue_flow(rows).items():
+            self.dispatchers[name].set_limits(flow)
 
     def _burst_done(self) -> bool:
         if not self._all_idle():

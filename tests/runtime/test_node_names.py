@@ -11,14 +11,16 @@ from typing import Any
 
 import pytest
 from django.db import connections
+from django.test.utils import CaptureQueriesContext
 
 import kathikon
 from kathikon import storage
 from kathikon.exceptions import NodeNameInUse, NodeSuperseded
 from kathikon.models import Job, Node
+from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.heartbeat import Heartbeat
 from kathikon.runtime.supervisor import EXIT_NODE_IN_USE, HEALTHY_RUN, RESTART_BACKOFF, Supervisor
-from kathikon.runtime.worker import _predecessor_gone
+from kathikon.runtime.worker import WorkerProcess, _predecessor_gone
 from tests import workers
 
 RESCUE_AFTER = 60.0
@@ -105,11 +107,27 @@ def test_a_process_whose_name_was_taken_over_learns_it_from_its_heartbeat():
     beat = Heartbeat("web", instance="first", on_superseded=seen.append)
     assert beat.run_once() is False and len(seen) == 1 and beat.superseded is seen[0]
     assert beat.run_once() is False and len(seen) == 1  # told once, beats no more
-    # Its shutdown marks leave the new holder alone.
+    # Its queue changes and shutdown marks leave the new holder alone.
+    assert not storage.set_node_queues("web", {"emails": 1}, instance="first")
+    assert Node.objects.get(name="web").queues == {"default": 5}
     assert not storage.mark_node_stopping("web", instance="first")
     assert not storage.mark_node_stopped("web", instance="first")
     assert Node.objects.get(name="web").status == "running"
     assert storage.mark_node_stopped("web", instance="second")
+
+
+@pytest.mark.django_db
+def test_a_queue_refresh_that_adds_no_queue_writes_no_node_row():
+    """The refresh runs every poll interval: the node row's queues are written only when a
+    queue was added, not once per limited queue each time."""
+    worker = WorkerProcess(node="web", queues={"default": 2})
+    worker.dispatchers["default"] = Dispatcher("default", 2, "web", worker.acker)
+    take("web", worker.instance)
+    kathikon.set_queue_limits("default", global_limit=1)  # a limited queue: its flow is read
+    with CaptureQueriesContext(connections["default"]) as queries:
+        worker._refresh_queues()
+    assert worker.dispatchers["default"].limits.global_limit == 1
+    assert [q["sql"] for q in queries.captured_queries if "kathikon_node" in q["sql"]] == []
 
 
 @pytest.mark.django_db
