@@ -141,10 +141,7 @@ def heartbeat(name: str, *, at: dt.datetime | None = None,
     With ``instance``, only a row this process still holds is stamped: a row taken
     over by another process raises :class:`NodeSuperseded`.
     """
-    rows = _nodes().filter(name=name)
-    if instance:
-        rows = rows.filter(instance=instance)
-    if rows.update(heartbeat_at=_stamp(at)):
+    if _held(name, instance).update(heartbeat_at=_stamp(at)):
         return True
     if instance:
         holder = _nodes().filter(name=name).first()
@@ -183,6 +180,7 @@ def mark_node_stopped(name: str, *, at: dt.datetime | None = None, instance: str
 
 
 def _held(name: str, instance: str) -> Any:
+    """``name``'s row, and with ``instance`` only while this process still holds it."""
     rows = _nodes().filter(name=name)
     return rows.filter(instance=instance) if instance else rows
 
