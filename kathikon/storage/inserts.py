@@ -39,11 +39,7 @@ VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s,
 """
 _PG_WAKE = f"; NOTIFY {notify.CHANNEL}, %s"
 _PG_INSERT_ONE_CTE = f"""
-WITH ins AS (
-    INSERT INTO kathikon_job ({_INSERT_COLUMNS})
-    VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s,
-            0, '[]'::jsonb, '', 0)
-    RETURNING queue, state)
+WITH ins AS ({_PG_INSERT_ONE} RETURNING queue, state)
 SELECT pg_notify('{notify.CHANNEL}', '{notify.AVAILABLE} ' || queue) FROM ins
 WHERE state = '{JobState.AVAILABLE}'
 """
