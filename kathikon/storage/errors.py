@@ -30,7 +30,7 @@ def is_transient(exc: BaseException) -> bool:
         return True  # the connection is closed or unusable: a new one heals it
     if not isinstance(exc, db.DatabaseError):
         return False  # a value the driver refused before sending it, or a bug
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    cause = _driver_error(exc)
     sqlstate = getattr(cause, "sqlstate", None)
     if sqlstate is not None:  # psycopg
         return sqlstate in _PG_TRANSIENT or sqlstate.startswith("08")
@@ -40,9 +40,9 @@ def is_transient(exc: BaseException) -> bool:
     if type(cause).__module__.startswith("psycopg"):
         # no SQLSTATE: the server never answered (connection lost, closed or refused)
         return isinstance(exc, db.OperationalError)
-    args = getattr(cause, "args", ())
-    if args and isinstance(args[0], int):  # mysqlclient: (code, message)
-        return args[0] in _MYSQL_TRANSIENT
+    code = _mysql_code(cause)
+    if code is not None:
+        return code in _MYSQL_TRANSIENT
     message = str(exc).lower()
     return isinstance(exc, db.OperationalError) and (
         "database is locked" in message or "database table is locked" in message)
@@ -53,9 +53,19 @@ def lost_a_race(exc: BaseException) -> bool:
     serialization failure, lock wait timeout): running it again whole can succeed."""
     if not isinstance(exc, db.OperationalError):
         return False
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    cause = _driver_error(exc)
     sqlstate = getattr(cause, "sqlstate", None)
     if sqlstate is not None:
         return sqlstate in _PG_LOST_RACE
-    code = next(iter(getattr(cause, "args", ())), None)  # mysqlclient: (code, message)
-    return isinstance(code, int) and code in _MYSQL_LOST_RACE
+    return _mysql_code(cause) in _MYSQL_LOST_RACE
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's exception behind Django's wrapper (or ``exc`` itself)."""
+    return exc.__cause__ if exc.__cause__ is not None else exc
+
+
+def _mysql_code(cause: BaseException) -> int | None:
+    """mysqlclient's error code: its exceptions carry ``(code, message)``."""
+    args = getattr(cause, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
