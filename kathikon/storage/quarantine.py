@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.db.models import QuerySet
+
 from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, JobState
 from kathikon.storage import vendor
@@ -20,7 +22,7 @@ from kathikon.storage.uniques import key_after
 from kathikon.unique import holds
 
 
-def _due(queues: Sequence[str]) -> object:
+def _due(queues: Sequence[str]) -> QuerySet[Job]:
     using = vendor.alias()
     paused = Queue.objects.using(using).filter(paused=True).values("name")
     return (Job.objects.using(using)
@@ -33,7 +35,7 @@ def suspects_waiting(queues: Sequence[str]) -> bool:
     """Whether a crash suspect of an unpaused queue among ``queues`` is due now."""
     if not queues:
         return False
-    return bool(_due(queues).exists())  # type: ignore[attr-defined]
+    return _due(queues).exists()
 
 
 def claim_suspect(queues: Sequence[str], node: str) -> Job | None:
@@ -46,7 +48,7 @@ def claim_suspect(queues: Sequence[str], node: str) -> Job | None:
     using = vendor.alias()
     now = vendor.now()
     with vendor.atomic():
-        candidates = _due(queues).order_by("-priority", "available_at")  # type: ignore[attr-defined]
+        candidates = _due(queues).order_by("-priority", "available_at")
         if vendor.vendor() != "sqlite":
             candidates = candidates.select_for_update(skip_locked=True)
         job = candidates.first()
