@@ -19,6 +19,7 @@ from kathikon.runtime.promoter import Promoter
 from kathikon.runtime.pruner import Pruned, Pruner
 from kathikon.runtime.service import PeriodicService
 from tests import workers
+from tests.concurrency import run_at_once
 
 
 class Clock:
@@ -283,43 +284,21 @@ def test_mark_node_stopping_keeps_heartbeats_going():
 # -- every node runs them at once --------------------------------------------------------------
 
 
-def _concurrently(count: int, run: Any) -> list[Any]:
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
-
-    def target(slot: int) -> None:
-        try:
-            start.wait()
-            results[slot] = run(slot)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_promoters_and_pruners_each_touch_a_job_once(concurrent_db: None):
     clock = Clock()
     kathikon.insert_many([(workers.Succeed, {"i": i}, {"schedule_in": 30}) for i in range(300)])
     clock.advance(60)
-    promoted = _concurrently(4, lambda slot: Promoter(f"n{slot}", clock=clock,
-                                                      limit=25).run_once())
-    assert sum(promoted) == 300
+    promoted = run_at_once(
+        lambda slot: Promoter(f"n{slot}", clock=clock, limit=25).run_once(), threads=4)
+    assert sum(count or 0 for count in promoted) == 300
     assert storage.count_by_state()["available"] == 300
 
     Job.objects.update(state="completed", completed_at=clock.at - dt.timedelta(days=30))
-    pruned = _concurrently(4, lambda slot: Pruner(f"n{slot}", clock=clock, limit=25,
-                                                  max_chunks=1000).run_once().jobs)
-    assert sum(pruned) == 300
+    pruned = run_at_once(
+        lambda slot: Pruner(f"n{slot}", clock=clock, limit=25, max_chunks=1000).run_once().jobs,
+        threads=4)
+    assert sum(count or 0 for count in pruned) == 300
     assert not Job.objects.exists()
 
 
