@@ -65,8 +65,26 @@ def test_a_backlog_of_fast_jobs_grows_the_claims_up_to_the_buffer():
     assert claim.limits[0] == 4  # nothing known about the jobs yet: only what runs
     assert max(claim.limits) > 4  # then the buffer fills too ...
     assert pool.prefetch == BUFFER_PER_SLOT * 4 and pool.holding() <= most  # ... bounded
-    # A refill waits until half of the held jobs ran, so it is a large claim, not a trickle.
-    assert sum(claim.limits[5:]) / len(claim.limits[5:]) >= most / 2
+    # A refill waits until a third of the held jobs ran, so it is a large claim, not a
+    # trickle; and it takes half of the pool at most, so the next claim fits beside it.
+    refills = claim.limits[-5:]
+    assert min(refills) >= most // 3 and max(refills) <= most // 2
+
+
+def test_claims_follow_each_other_while_the_threads_run_the_last_one():
+    """With a backlog of fast jobs the next claim is begun with the last one's hand-over:
+    no job has to finish (and no slot free) before the database is asked for more."""
+    dispatcher, pool, claim = make(concurrency=4, backlog=10_000)
+    drain(dispatcher, pool, 0.0001, 40)  # the buffer has grown to its size
+    pool.complete(len(pool.handed), 0.0001)
+    assert pool.holding() == 0
+    claims = len(claim.limits)
+    while (taken := dispatcher.step()) is not None:  # no job finishes in this loop
+        assert taken > 0
+    most = 4 + BUFFER_PER_SLOT * 4
+    assert len(claim.limits) - claims >= 2  # claims in a row, none waiting for a slot
+    assert most * 2 // 3 <= pool.holding() <= most  # until two thirds of the pool are held
+    assert dispatcher.due_in() > 0  # then the next one waits for the threads
 
 
 def test_slow_jobs_are_never_buffered():
