@@ -94,7 +94,7 @@ class Dispatcher:
         self._hold_until = 0.0    # after a failed claim: not before this
         self._stopping = False
         self._claiming = False    # a claim statement is in flight
-        self._chained: int | None = None  # the limit of a claim begun at the end of the last
+        self._chained: int | None = None  # the limit of a claim the last one began
         self._suspect_orphans = False
         self._quarantined = False  # claim nothing: a crash suspect runs alone (quarantine.py)
         self._thread: threading.Thread | None = None
@@ -217,13 +217,12 @@ class Dispatcher:
 
     def step(self) -> int | None:
         """Make one claim if one is due now: the number of jobs claimed, else ``None``."""
-        if self._chained is not None:
-            limit, self._chained = self._chained, None
-            return self._claim(limit)
         with self._cond:
-            if self._stopping or self._due_in(self.clock()) > 0:
-                return None
-            limit = self._begin_claim(self.clock())
+            limit = self._take_chained()
+            if limit is None:
+                if self._stopping or self._due_in(self.clock()) > 0:
+                    return None
+                limit = self._begin_claim(self.clock())
         return self._claim(limit)
 
     def due_in(self) -> float:
@@ -234,12 +233,9 @@ class Dispatcher:
     def _loop(self) -> None:
         try:
             while True:
-                if self._chained is not None:  # begun under the lock by the last claim
-                    limit, self._chained = self._chained, None
-                    self._claim(limit)
-                    continue
                 with self._cond:
-                    while True:
+                    limit = self._take_chained()
+                    while limit is None:
                         if self._stopping:
                             return
                         now = self.clock()
@@ -254,6 +250,15 @@ class Dispatcher:
             raise
         finally:
             connections.close_all()  # this thread's connections only
+
+    def _take_chained(self) -> int | None:
+        """The limit of the claim the last one began (lock held), unless the dispatcher
+        has since been told to stop or to hold (a crash suspect runs alone)."""
+        limit, self._chained = self._chained, None
+        if limit is not None and (self._stopping or self._quarantined):
+            self._claiming = False
+            return None
+        return limit
 
     def _due_in(self, now: float) -> float:
         """Seconds until a claim is due (lock held); 0 or less: claim now."""

@@ -134,3 +134,18 @@ def test_stopping_returns_the_buffer_at_once_with_its_attempts_restored(real_poo
     wait_until(lambda: real_pool.held == 0, 10, message="the running job finished")
     assert real_pool.acker.flush(10)
     assert Job.objects.get(id=held.id).state == "completed"
+
+
+def test_a_claim_begun_by_the_last_one_is_dropped_when_the_dispatcher_stops_or_holds():
+    for stop in (lambda d: d.stop_claiming(), lambda d: d.hold(True)):
+        dispatcher, pool, claim = make(concurrency=4, backlog=10_000)
+        drain(dispatcher, pool, 0.0001, 40)
+        pool.complete(len(pool.handed), 0.0001)
+        dispatcher.step()  # a full claim with the buffer on: the next one is begun
+        assert not dispatcher.quiet  # a claim is on its way
+        claims = len(claim.limits)
+        stop(dispatcher)
+        assert dispatcher.step() is None and len(claim.limits) == claims  # not sent
+        pool.handed = [job for job in pool.handed if id(job) in pool._slots]  # not released
+        pool.complete(len(pool.handed), 0.0001)
+        assert dispatcher.quiet  # nothing held, no claim in flight
