@@ -26,7 +26,7 @@ from typing import Any
 
 TARGET_MS = 300.0
 TARGETED = {"queues", "overview", "job list", "job list: state=dead", "job list: queue+state",
-            "job list: worker",
+            "job list: worker", "job list: state=completed", "job list: worker+completed",
             "job list: inserted range", "job list: finished range", "job list: page 20",
             "job list: search id", "job detail (dead)"}
 
@@ -184,6 +184,9 @@ def _pages() -> list[tuple[str, str]]:
         ("job list: state=dead", f"{jobs}?state=dead"),
         ("job list: queue+state", f"{jobs}?queue=emails&state=retryable"),
         ("job list: worker", f"{jobs}?worker=app.workers.Webhook"),
+        # Completed and running jobs are outside the (state, id) indexes on PostgreSQL.
+        ("job list: state=completed", f"{jobs}?state=completed"),
+        ("job list: worker+completed", f"{jobs}?worker=app.workers.Webhook&state=completed"),
         ("job list: inserted range", f"{jobs}?inserted_at__range__gte={day}"
                                      f"&inserted_at__range__lte={day}"),
         ("job list: finished range", f"{jobs}?completed_at__range__gte={old}"

@@ -108,10 +108,10 @@ def list_jobs(*, queue: str | None = None, state: str | None = None, worker: str
             raise InvalidState(f"unknown state {state!r}; states are "
                                f"{', '.join(JobState.values)}", state=state)
         query = query.filter(state=state)
-    if queue is not None:
-        query = query.filter(queue=queue_storage.validate_name(queue))
+    if queue is not None:  # matching(): an index path to rare values too
+        query = query.filter(reports.matching("queue", queue_storage.validate_name(queue)))
     if worker is not None:
-        query = query.filter(worker=worker)
+        query = query.filter(reports.matching("worker", worker))
     if cursor is not None:
         after = parse_id(cursor)
         if after is None:

@@ -9,6 +9,13 @@ hot path can name ``fallback_fields`` for those databases: the condition's
 column first, so that one range scan per matching value still reaches only
 the rows the partial index would hold (the claim index: finished jobs are
 not walked past on every claim).
+
+``partial_on`` names the vendors that get the condition (default: every one
+that has partial indexes); the others get the plain index. The general
+indexes that leave the executing and completed jobs out are partial on
+PostgreSQL only: SQLite's planner proves a partial index usable only from
+terms written the same way, so ``state = 'dead'`` would not reach an index
+whose condition lists the states.
 """
 
 from __future__ import annotations
@@ -21,13 +28,19 @@ from django.db.models import Q
 
 class PartialIndex(models.Index):
     def __init__(self, *args: Any, where: Q, fallback_fields: list[str] | None = None,
-                 **kwargs: Any) -> None:
+                 partial_on: tuple[str, ...] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.where = where
         self.fallback_fields = list(fallback_fields) if fallback_fields else None
+        self.partial_on = tuple(partial_on) if partial_on else None
+
+    def is_partial(self, connection: Any) -> bool:
+        """Whether the index on ``connection`` has the condition (else it is plain)."""
+        return bool(connection.features.supports_partial_indexes
+                    and (self.partial_on is None or connection.vendor in self.partial_on))
 
     def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
-        if not schema_editor.connection.features.supports_partial_indexes:
+        if not self.is_partial(schema_editor.connection):
             if not self.fallback_fields:
                 return super().create_sql(model, schema_editor, using=using, **kwargs)
             orders = self.fields_orders
@@ -48,11 +61,14 @@ class PartialIndex(models.Index):
         kwargs["where"] = self.where
         if self.fallback_fields:
             kwargs["fallback_fields"] = self.fallback_fields
+        if self.partial_on:
+            kwargs["partial_on"] = self.partial_on
         return path, args, kwargs
 
     def __eq__(self, other: object) -> bool:
         return (super().__eq__(other) and self.where == getattr(other, "where", None)
-                and self.fallback_fields == getattr(other, "fallback_fields", None))
+                and self.fallback_fields == getattr(other, "fallback_fields", None)
+                and self.partial_on == getattr(other, "partial_on", None))
 
     __hash__ = models.Index.__hash__
 

@@ -18,7 +18,7 @@ from kathikon.ids import new_id
 from kathikon.indexes import PartialIndex, PartialUniqueConstraint
 from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import parse as parse_limits
-from kathikon.states import CLAIMABLE_STATES, TERMINAL_STATES, JobState
+from kathikon.states import CLAIMABLE_STATES, RESTING_STATES, TERMINAL_STATES, JobState
 
 __all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue",
            "RateWindow"]
@@ -87,17 +87,33 @@ class Job(models.Model):
             # The promoter: scheduled jobs by due time.
             PartialIndex(fields=["available_at"], where=Q(state="scheduled"),
                          name="kathikon_job_promote"),
-            # The admin and reports: state filters in id (= insertion) order.
-            models.Index(fields=["state", "id"], name="kathikon_job_state"),
-            # ... and within one queue or worker (the id last: a filtered list newest first
-            # and capped counts need no sort and no heap visit, also at 10M jobs).
-            models.Index(fields=["queue", "state", "id"], name="kathikon_job_queue_state"),
-            models.Index(fields=["worker", "state", "id"], name="kathikon_job_worker_state"),
+            # The admin and reports: state filters in id (= insertion) order, and the same
+            # within one queue or worker (the id last: a filtered list newest first and
+            # capped counts need no sort and no heap visit, also at 10M jobs). On PostgreSQL
+            # they hold only resting jobs: every claim and ack is a non-HOT update, so an
+            # index whose condition matched running or completed rows took an entry twice
+            # per job. Executing jobs are found through kathikon_job_executing (few rows),
+            # completed ones through kathikon_job_completed and kathikon_job_done.
+            PartialIndex(fields=["state", "id"], where=Q(state__in=RESTING_STATES),
+                         partial_on=("postgresql",), name="kathikon_job_state"),
+            PartialIndex(fields=["queue", "state", "id"], where=Q(state__in=RESTING_STATES),
+                         partial_on=("postgresql",), name="kathikon_job_queue_state"),
+            PartialIndex(fields=["worker", "state", "id"], where=Q(state__in=RESTING_STATES),
+                         partial_on=("postgresql",), name="kathikon_job_worker_state"),
+            # The admin's inserted date range, over every job. Not an id range: inserted_at
+            # and the UUIDv7 id are separate clock readings (insert_many reads the time once
+            # per call, cron jobs take the scheduler's clock), so they can differ.
             models.Index(fields=["inserted_at"], name="kathikon_job_inserted"),
             # The pruner, "finished in the last hour" per queue and the charts (index-only
             # scans). Only finished jobs: inserts and claims never touch it.
             PartialIndex(fields=["completed_at", "state", "queue"],
                          where=Q(completed_at__isnull=False), name="kathikon_job_completed"),
+            # Completed jobs by queue and worker: the queues and workers that hold any (loose
+            # scans) and the capped per-queue counts, now that the general indexes leave
+            # completed jobs out. Plain elsewhere, where no state change touches it (InnoDB
+            # and SQLite update an index only when one of its columns changes).
+            PartialIndex(fields=["queue", "worker"], where=Q(state="completed"),
+                         partial_on=("postgresql",), name="kathikon_job_done"),
             # Batches: "is any child of this batch unfinished?" in one index probe (replaces
             # the plain batch_id index; jobs outside batches are not in it where the
             # database has partial indexes).

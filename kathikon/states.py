@@ -26,6 +26,11 @@ CLAIMABLE_STATES = (JobState.AVAILABLE, JobState.RETRYABLE)
 EXECUTING_STATES = (JobState.CLAIMED, JobState.RUNNING)
 TERMINAL_STATES = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 PENDING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+#: Every state but the executing ones and ``completed``: the states a job rests in rather
+#: than passes through on every run. On PostgreSQL the admin's general indexes hold only
+#: these, so a claim (into running) and an ack (into completed) add no entry to them.
+RESTING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE, JobState.DEAD,
+                  JobState.CANCELLED)
 
 #: Every transition the storage layer may perform, as (from, to).
 TRANSITIONS: frozenset[tuple[str, str]] = frozenset(

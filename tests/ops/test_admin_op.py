@@ -51,11 +51,45 @@ def test_job_list_shows_columns_badges_and_estimated_count(admin_client_op, mixe
     ({"queue": "emails"}, {"emails"}),
     ({"worker": "tests.workers.Explode"}, {"dead", "retryable"}),
     ({"worker": "tests.workers.Explode", "state": "retryable"}, {"retryable"}),
+    # Completed and executing jobs are outside the general indexes on PostgreSQL: the
+    # filters still find them (through the completed and executing indexes).
+    ({"state": "completed"}, {"completed", "completed_old"}),
+    ({"state": "running"}, {"running"}),
+    ({"queue": "default", "state": "completed"}, {"completed", "completed_old"}),
+    ({"queue": "default"}, {"available", "scheduled", "running", "completed", "completed_old",
+                            "dead", "retryable", "cancelled"}),
+    ({"worker": "tests.workers.Succeed"}, {"available", "scheduled", "running", "completed",
+                                           "completed_old", "cancelled"}),
+    ({"worker": "tests.workers.Succeed", "state": "completed"}, {"completed", "completed_old"}),
+    ({"worker": "tests.workers.Emails", "state": "completed"}, set()),
 ])
 def test_job_list_filters(admin_client_op, mixed_jobs, params, expected):
     html = changelist(admin_client_op, **params).content.decode()
     shown = {name for name, job in mixed_jobs.items() if job.id.hex in html}
     assert shown == expected
+
+
+def test_completed_jobs_are_listed_newest_finished_first(admin_client_op, mixed_jobs):
+    # Finished long ago but inserted last: first by id, last by completed_at.
+    late = Job.objects.get(pk=mixed_jobs["completed_old"].pk)
+    html = changelist(admin_client_op, state="completed").content.decode()
+    assert html.index(mixed_jobs["completed"].id.hex) < html.index(late.id.hex)
+    Job.objects.filter(pk=late.pk).update(completed_at=late.completed_at.replace(year=2100))
+    html = changelist(admin_client_op, state="completed").content.decode()
+    assert html.index(late.id.hex) < html.index(mixed_jobs["completed"].id.hex)
+
+
+def test_worker_filter_choices_include_workers_with_only_completed_jobs(admin_client_op,
+                                                                        job_factory):
+    from tests import workers
+
+    job_factory(worker=workers.Emails, state=JobState.COMPLETED, queue="emails")
+    job_factory(worker=workers.Explode, state=JobState.RUNNING)
+    job_factory(state=JobState.DEAD, queue="adhoc")
+    html = changelist(admin_client_op).content.decode()
+    for value in ("worker=tests.workers.Emails", "worker=tests.workers.Explode",
+                  "worker=tests.workers.Succeed", "queue=emails", "queue=adhoc"):
+        assert value in html, value
 
 
 def test_job_list_date_range_filter(admin_client_op, mixed_jobs):

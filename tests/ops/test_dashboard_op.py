@@ -50,6 +50,23 @@ def test_list_jobs_filters(mixed_jobs):
     assert [job.id for job in explode] == [mixed_jobs["retryable"].id]
 
 
+def test_list_jobs_by_queue_and_worker_include_completed_and_running_jobs(mixed_jobs):
+    # On PostgreSQL these filters reach completed and executing jobs through their own
+    # indexes (storage.reports.matching); every job must still be found.
+    succeed = {name for name in ("available", "scheduled", "running", "completed",
+                                 "completed_old", "cancelled")}
+    jobs = dashboard.list_jobs(worker="tests.workers.Succeed").jobs
+    assert {job.id for job in jobs} == {mixed_jobs[name].id for name in succeed}
+    assert [job.id for job in jobs] == sorted((job.id for job in jobs), reverse=True)
+    default = dashboard.list_jobs(queue="default", limit=100).jobs
+    assert {job.id for job in default} == {job.id for name, job in mixed_jobs.items()
+                                           if name != "emails"}
+    done = dashboard.list_jobs(queue="default", worker="tests.workers.Succeed",
+                               state="completed").jobs
+    assert {job.id for job in done} == {mixed_jobs["completed"].id,
+                                        mixed_jobs["completed_old"].id}
+
+
 def test_list_jobs_rejects_bad_input(db):
     with pytest.raises(kathikon.InvalidState, match="unknown state 'bogus'"):
         dashboard.list_jobs(state="bogus")

@@ -1,0 +1,49 @@
+"""On PostgreSQL a claim and an ack add an entry to as few indexes as the admin allows.
+
+Every claim (into running) and ack (into completed) changes ``state``, which partial
+indexes name, so the update is never HOT and each index whose condition holds for the
+new row takes an entry. The general admin indexes hold resting jobs only (migration 0013);
+this pins which indexes a running and a completed job are in.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from kathikon.states import JobState
+from tests.ops.conftest import make_job
+
+CLAIMED_INTO = {"kathikon_job_pkey", "kathikon_job_inserted", "kathikon_job_executing"}
+ACKED_INTO = {"kathikon_job_pkey", "kathikon_job_inserted", "kathikon_job_completed",
+              "kathikon_job_done"}
+
+
+def indexes_holding(job_id: object) -> set[str]:
+    """The indexes of kathikon_job whose condition (if any) holds for the row ``job_id``."""
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            SELECT c.relname, pg_get_expr(i.indpred, i.indrelid)
+            FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'kathikon_job'::regclass""")
+        held = set()
+        for name, condition in cursor.fetchall():
+            cursor.execute(f"SELECT {condition or 'true'} FROM kathikon_job WHERE id = %s",
+                           [job_id])
+            if cursor.fetchone()[0]:
+                held.add(name)
+    return held
+
+
+@pytest.mark.django_db
+def test_a_claim_and_an_ack_touch_only_their_own_indexes(vendor):
+    if vendor != "postgresql":
+        pytest.skip("the general indexes are partial on PostgreSQL only")
+    running = make_job(state=JobState.RUNNING, attempts=1)
+    completed = make_job(state=JobState.COMPLETED, attempts=1)
+    dead = make_job(state=JobState.DEAD, attempts=1)
+    assert indexes_holding(running.id) == CLAIMED_INTO
+    assert indexes_holding(completed.id) == ACKED_INTO
+    # A failure is rare and stays in the admin's (state, id), (queue, …) and (worker, …).
+    assert {"kathikon_job_state", "kathikon_job_queue_state",
+            "kathikon_job_worker_state"} <= indexes_holding(dead.id)
