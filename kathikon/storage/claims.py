@@ -86,9 +86,10 @@ def _claim_postgres(queue: str, limit: int, node: str, into: str,
     params: dict[str, Any] = {
         "queue": queue, "limit": limit, "node": node, "into": into, "now": now}
     with vendor.connection().cursor() as cursor:
+        vendor.load_timestamps_natively(cursor)
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    return jobs_from_rows(rows, vendor.alias())
+    return jobs_from_rows(rows, vendor.alias(), typed=True)
 
 
 def _claim_sqlite(queue: str, limit: int, node: str, into: str, now: dt.datetime) -> list[Job]:

@@ -36,11 +36,12 @@ def _load_json(text: str) -> Any:
     return json.loads(text)
 
 
-def jobs_from_rows(rows: list[tuple[Any, ...]], using: str) -> list[Job]:
+def jobs_from_rows(rows: list[tuple[Any, ...]], using: str, *, typed: bool = False) -> list[Job]:
     """Job instances from rows selected or returned with ``JOB_COLUMNS``.
 
     MariaDB/MySQL hand back datetimes naive (Django stores them in UTC) and UUIDs and
-    JSON as text; they are converted here as the ORM's converters would.
+    JSON as text; they are converted here as the ORM's converters would. ``typed``: the
+    driver already gave UUIDs and aware datetimes (psycopg), only JSON is decoded.
 
     Without ``pre_init``/``post_init`` receivers for Job, the instances are built
     the way ``Model.__init__`` leaves them (attribute values and ``_state``)
@@ -53,13 +54,14 @@ def jobs_from_rows(rows: list[tuple[Any, ...]], using: str) -> list[Job]:
         for i in _JSON_POSITIONS:
             if isinstance(values[i], str):
                 values[i] = _load_json(values[i])
-        for i in _UUID_POSITIONS:
-            if isinstance(values[i], str):
-                values[i] = uuid.UUID(values[i])
-        for i in _DATETIME_POSITIONS:
-            value = values[i]
-            if value is not None and value.tzinfo is None:
-                values[i] = value.replace(tzinfo=dt.timezone.utc)
+        if not typed:
+            for i in _UUID_POSITIONS:
+                if isinstance(values[i], str):
+                    values[i] = uuid.UUID(values[i])
+            for i in _DATETIME_POSITIONS:
+                value = values[i]
+                if value is not None and value.tzinfo is None:
+                    values[i] = value.replace(tzinfo=dt.timezone.utc)
         if fast:
             job = _new(Job)
             state = ModelState()

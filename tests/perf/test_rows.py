@@ -86,3 +86,20 @@ def test_unsaved_jobs_match_model_init(with_receiver):
     assert (built._state.adding, built._state.db) == (True, None)
     assert built.errors is not reference.errors
     assert len(seen) == (1 if with_receiver else 0)
+
+
+@pytest.mark.django_db
+def test_a_claimed_job_is_the_job_the_orm_reads(postgres_only):
+    """The claim loads timestamps with psycopg's own loader and trusts its UUIDs; the job it
+    builds is still the ORM's, down to each datetime's tzinfo object."""
+    import datetime as dt
+
+    from kathikon import storage
+
+    kathikon.insert(workers.Succeed, {"a": [1, {"b": None}]}, meta={"m": 1})
+    (claimed,) = storage.claim_jobs("default", 5, "rows-node")
+    orm = Job.objects.get(id=claimed.id)
+    _same(claimed, orm)
+    fields = ("available_at", "inserted_at", "started_at")
+    assert all(getattr(claimed, f).tzinfo is dt.timezone.utc for f in fields)
+    assert all(getattr(orm, f).tzinfo is dt.timezone.utc for f in fields)
