@@ -35,7 +35,7 @@ on it for its next claim.
 from __future__ import annotations
 
 import logging
-import queue as queues
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +47,7 @@ from kathikon.exceptions import ExecutorThreadDied, JobTimeout
 from kathikon.executor import Execution, Executor, Plan, fail_job
 from kathikon.models import Job
 from kathikon.runtime.acker import Acker
+from kathikon.runtime.inbox import Inbox
 from kathikon.states import JobState
 from kathikon.storage import Ack, hygiene
 
@@ -54,6 +55,9 @@ logger = logging.getLogger("kathikon.runtime")
 
 ASYNC_MARGIN = 2.0  # async jobs time out in the event loop; this is the fallback
 WATCH_EVERY = 1.0   # seconds between liveness checks of the executor threads
+HANDOVER_TIME = 0.002  # seconds: a buffered hand-over wakes enough threads to run it in this
+# long at the jobs' mean run time; a job running longer than this counts as slow
+HELP_EVERY = 0.01  # seconds between the watchdog's checks for slow jobs while the pool buffers
 
 
 @dataclass(slots=True, eq=False)
@@ -95,11 +99,12 @@ class ExecutorPool:
         self.changed = threading.Condition(self.lock)   # a slot freed (the dispatcher waits)
         self._watch_cond = threading.Condition(self.lock)  # a deadline was set, or closing
         self._slots: dict[int, Slot] = {}  # keyed by id(job): cheaper than hashing UUIDs
-        self._inbox: queues.SimpleQueue[Job | None] = queues.SimpleQueue()
+        self._inbox: Inbox[Job | None] = Inbox()
         self._threads: set[threading.Thread] = set()
         self._accepting = True
         self._closed = False
         self._next_deadline: float | None = None
+        self._helping = False  # the pool buffers: the watchdog wakes threads for slow jobs
         self._watchdog_wanted = watchdog
         self._watchdog: threading.Thread | None = None
         self.on_freed: Callable[[], None] | None = None  # called with the lock held
@@ -148,9 +153,20 @@ class ExecutorPool:
             self._watchdog = watchdog
 
     def run(self, jobs: list[Job]) -> None:
-        """Hand jobs that have their slots (:meth:`take`) to the executor threads."""
-        for job in jobs:
-            self._inbox.put(job)
+        """Hand jobs that have their slots (:meth:`take`) to the executor threads.
+
+        Unbuffered, every job gets a thread at once. Buffered (fast jobs), only as many
+        threads wake as run the hand-over in about ``HANDOVER_TIME``: a few threads take
+        microsecond jobs one after the other without a context switch each.
+        """
+        wake = None
+        if self.prefetch:
+            wake = math.ceil(len(jobs) * self.run_time / HANDOVER_TIME)
+            if not self._helping:  # the watchdog now looks for slow jobs every HELP_EVERY
+                with self.lock:
+                    self._helping = True
+                    self._watch_cond.notify_all()
+        self._inbox.put(list(jobs), wake)
 
     @property
     def watchdog_alive(self) -> bool:
@@ -197,8 +213,7 @@ class ExecutorPool:
             self._closed = True
             threads = len(self._threads)
             self._watch_cond.notify_all()
-        for _ in range(threads):
-            self._inbox.put(None)
+        self._inbox.put([None] * threads)
 
     # -- the watchdog ------------------------------------------------------------------------
 
@@ -224,10 +239,25 @@ class ExecutorPool:
                 self._start_thread()
             deadlines = [s.deadline for s in self._slots.values() if s.deadline is not None]
             self._next_deadline = min(deadlines) if deadlines else None
-        wait = WATCH_EVERY
+            self._helping = bool(self.prefetch)
+            if len(self._inbox):
+                self._help(now)
+        wait = HELP_EVERY if self._helping else WATCH_EVERY
         if self._next_deadline is not None:
             wait = min(wait, self._next_deadline - now)
         return max(0.0005, wait)
+
+    def _help(self, now: float) -> None:
+        """Jobs wait in the inbox: wake a thread for each job running slow (lock held).
+
+        A buffered hand-over woke only the threads that fast jobs need; if some of those
+        jobs turn out slow, the jobs behind them get idle threads here, not only when the
+        slow ones end.
+        """
+        slow = sum(1 for slot in self._slots.values()
+                   if slot.thread is not None and now - slot.started >= HANDOVER_TIME)
+        if slow:
+            self._inbox.wake(slow)
 
     def _watch_loop(self) -> None:
         while True:
@@ -295,9 +325,12 @@ class ExecutorPool:
                     self.acker.add(execution)  # before the slot frees: shutdown flushes it
                     del self._slots[id(job)]
                     self.finished += 1
-                    self.run_time += (self.clock() - slot.started - self.run_time) * 0.1
+                    took = self.clock() - slot.started
+                    self.run_time += (took - self.run_time) * 0.1
                     self._freed()
                 slot = None
+                if took >= HANDOVER_TIME:
+                    self._inbox.help_if_waiting()  # slower than the hand-over assumed
         except BaseException as exc:  # the thread is dying: its job must not stay running
             self._died(slot, exc)
         finally:

@@ -149,3 +149,62 @@ def test_a_claim_begun_by_the_last_one_is_dropped_when_the_dispatcher_stops_or_h
         pool.handed = [job for job in pool.handed if id(job) in pool._slots]  # not released
         pool.complete(len(pool.handed), 0.0001)
         assert dispatcher.quiet  # nothing held, no claim in flight
+
+
+def test_a_buffered_hand_over_wakes_few_threads_for_fast_jobs(real_fast_pool):
+    pool = real_fast_pool
+    kathikon.insert_many([(workers_succeed(), {"i": i}) for i in range(40)])
+    jobs = storage.claim_jobs("default", 40, NODE)
+    pool.prefetch, pool.run_time = 40, 0.00005  # fast jobs: 40 of them are 2 ms of work
+    pool.submit(jobs)
+    wait_until(lambda: pool.held == 0, 10, message="the buffered jobs ran")
+    assert pool.acker.flush(10)
+    assert Job.objects.filter(state="completed").count() == 40
+    # one thread ran them (the hand-over woke one); the other seven never had to wake
+    assert len({slot_thread for slot_thread in pool.ran_on}) == 1
+
+
+def test_jobs_buffered_behind_a_job_that_turned_slow_get_an_idle_thread(real_fast_pool):
+    """The hand-over woke one thread for what looked like fast jobs; the first one blocks.
+    The jobs behind it must not wait for it while seven threads are idle."""
+    pool = real_fast_pool
+    kathikon.insert(poison.Held, {"key": "slow", "wait": 30})
+    kathikon.insert_many([(workers_succeed(), {"i": i}) for i in range(5)])
+    jobs = storage.claim_jobs("default", 6, NODE)
+    assert jobs[0].worker.endswith("Held")
+    pool.prefetch, pool.run_time = 40, 0.00005
+    pool.submit(jobs)
+    wait_until(lambda: Job.objects.filter(state="completed").count() == 5, 5,
+               message="the fast jobs ran while the slow one still runs")
+    assert Job.objects.get(worker__endswith="Held").state == "running"
+    poison.HELD.setdefault("slow", threading.Event()).set()
+
+
+def workers_succeed():
+    from tests import workers
+
+    return workers.Succeed
+
+
+class RecordingPool(ExecutorPool):
+    """A real pool that notes which thread began each job."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ran_on: list[int] = []
+
+    def _begin(self, job):
+        self.ran_on.append(threading.get_ident())
+        return super()._begin(job)
+
+
+@pytest.fixture
+def real_fast_pool(transactional_db):
+    acker = Acker().start()
+    pool = RecordingPool("default", 8, acker)  # real clock and watchdog
+    yield pool
+    for key in list(poison.HELD):
+        poison.HELD.pop(key).set()
+    pool.abandon_running()
+    pool.close()
+    acker.stop(5)
