@@ -279,6 +279,18 @@ def distinct_values(column: str, limit: int = 200) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
+def _loose_scan(name: str, column: str, table: str, where: str) -> str:
+    """A recursive CTE ``name`` of the distinct ``column`` values of the rows matching
+    ``where``: one index probe per value (PostgreSQL has no loose index scan)."""
+    return f"""{name} AS (
+            (SELECT {column} FROM {table} WHERE {where} ORDER BY {column} LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {column} FROM {table} WHERE {where} AND {column} > s.{column}
+                    ORDER BY {column} LIMIT 1)
+            FROM {name} AS s WHERE s.{column} IS NOT NULL
+        )"""
+
+
 def _queues_cte() -> tuple[str, list[Any]]:
     """The queues that hold jobs (PostgreSQL), a ``queues`` CTE for ``WITH RECURSIVE``.
 
@@ -288,19 +300,8 @@ def _queues_cte() -> tuple[str, list[Any]]:
     """
     table, resting, done = vendor.table(Job), _in(RESTING_STATES), "state = %s"
     sql = f"""
-        resting AS (
-            (SELECT queue FROM {table} WHERE {resting} ORDER BY queue LIMIT 1)
-            UNION ALL
-            SELECT (SELECT queue FROM {table} WHERE {resting} AND queue > r.queue
-                    ORDER BY queue LIMIT 1)
-            FROM resting AS r WHERE r.queue IS NOT NULL
-        ), done AS (
-            (SELECT queue FROM {table} WHERE {done} ORDER BY queue LIMIT 1)
-            UNION ALL
-            SELECT (SELECT queue FROM {table} WHERE {done} AND queue > d.queue
-                    ORDER BY queue LIMIT 1)
-            FROM done AS d WHERE d.queue IS NOT NULL
-        ), queues AS (
+        {_loose_scan("resting", "queue", table, resting)},
+        {_loose_scan("done", "queue", table, done)}, queues AS (
             SELECT queue FROM resting WHERE queue IS NOT NULL
             UNION SELECT queue FROM done WHERE queue IS NOT NULL
             UNION SELECT queue FROM {table} WHERE {_in(EXECUTING_STATES)}
@@ -315,13 +316,7 @@ def _workers_sql(hops: int) -> tuple[str, list[Any]]:
     executing ones directly."""
     table, resting, done = vendor.table(Job), _in(RESTING_STATES), "state = %s"
     sql = f"""
-        WITH RECURSIVE resting AS (
-            (SELECT worker FROM {table} WHERE {resting} ORDER BY worker LIMIT 1)
-            UNION ALL
-            SELECT (SELECT worker FROM {table} WHERE {resting} AND worker > r.worker
-                    ORDER BY worker LIMIT 1)
-            FROM resting AS r WHERE r.worker IS NOT NULL
-        ), done AS (
+        WITH RECURSIVE {_loose_scan("resting", "worker", table, resting)}, done AS (
             (SELECT queue, worker, 1 AS hops FROM {table} WHERE {done}
              ORDER BY queue, worker LIMIT 1)
             UNION ALL

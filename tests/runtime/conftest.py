@@ -210,3 +210,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     report = outcome.get_result()
     if report.when == "call":
         item.rep_call = report  # type: ignore[attr-defined]
+
+
+def serve_pool(pool):
+    """Yield ``pool`` (a fixture's body), then release every held poison job and shut the
+    pool and its acker down."""
+    from . import poison_workers as poison
+
+    yield pool
+    for key in list(poison.HELD):
+        poison.HELD.pop(key).set()
+    pool.abandon_running()
+    pool.close()
+    pool.acker.stop(5)

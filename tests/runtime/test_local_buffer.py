@@ -15,7 +15,7 @@ from kathikon.runtime.dispatcher import BUFFER_PER_SLOT, FAST_JOB, Dispatcher
 from kathikon.runtime.pool import ExecutorPool
 
 from . import poison_workers as poison
-from .conftest import wait_until
+from .conftest import serve_pool, wait_until
 from .test_dispatcher_steps import Backlog, Clock
 
 NODE = "buffer-node"
@@ -105,14 +105,7 @@ def test_the_buffer_empties_when_the_backlog_is_gone():
 
 @pytest.fixture
 def real_pool(transactional_db):
-    acker = Acker().start()
-    pool = ExecutorPool("default", 1, acker, watchdog=False)
-    yield pool
-    for key in list(poison.HELD):
-        poison.HELD.pop(key).set()
-    pool.abandon_running()
-    pool.close()
-    acker.stop(5)
+    yield from serve_pool(ExecutorPool("default", 1, Acker().start(), watchdog=False))
 
 
 def test_stopping_returns_the_buffer_at_once_with_its_attempts_restored(real_pool):
@@ -200,11 +193,4 @@ class RecordingPool(ExecutorPool):
 
 @pytest.fixture
 def real_fast_pool(transactional_db):
-    acker = Acker().start()
-    pool = RecordingPool("default", 8, acker)  # real clock and watchdog
-    yield pool
-    for key in list(poison.HELD):
-        poison.HELD.pop(key).set()
-    pool.abandon_running()
-    pool.close()
-    acker.stop(5)
+    yield from serve_pool(RecordingPool("default", 8, Acker().start()))  # real clock, watchdog

@@ -16,7 +16,7 @@ from kathikon.runtime.pool import ExecutorPool
 from tests import workers
 
 from . import poison_workers as poison
-from .conftest import wait_until
+from .conftest import serve_pool, wait_until
 
 NODE = "pool-node"
 POISON = "tests.runtime.poison_workers"
@@ -32,15 +32,8 @@ class Clock:
 
 @pytest.fixture
 def pool(transactional_db):
-    clock = Clock()
-    acker = Acker().start()
-    pool = ExecutorPool("default", 2, acker, clock=clock, watchdog=False)
-    yield pool
-    for key in list(poison.HELD):
-        poison.HELD.pop(key).set()
-    pool.abandon_running()
-    pool.close()
-    acker.stop(5)
+    yield from serve_pool(ExecutorPool("default", 2, Acker().start(), clock=Clock(),
+                                       watchdog=False))
 
 
 def run(pool: ExecutorPool, worker: str, args: dict | None = None) -> Job:
