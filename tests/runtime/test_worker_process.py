@@ -58,7 +58,10 @@ def test_worker_processes_drain_without_double_runs(worker_processes, vendor):
     # every process is up before the jobs arrive, so that all of them compete for the jobs
     wait_until(lambda: sum(w.log().count("kathikon worker") for w in workers) >= processes, 30,
                message="every worker's banner")
-    result = kathikon.insert_many([(RECORD, {"n": i}) for i in range(count)], chunk_size=2000)
+    # The first jobs hold each process's threads for longer than a poll (the others are fast
+    # and buffered): a process that wakes first cannot take the whole backlog alone.
+    result = kathikon.insert_many([(RECORD, {"n": i, "sleep": 0.3} if i < 10 * processes
+                                    else {"n": i}) for i in range(count)], chunk_size=2000)
     assert result.inserted == count
     wait_until(lambda: Job.objects.filter(state="completed").count() == count, 60,
                interval=0.25, message=f"{count} jobs completed")

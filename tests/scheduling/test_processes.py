@@ -85,7 +85,10 @@ def test_a_restart_after_downtime_fires_a_missed_tick_once(worker_processes, ven
 
 def test_a_batch_drained_by_several_processes_calls_back_once(worker_processes, vendor):
     ok, dead, cancelled = {"postgresql": (480, 15, 5)}.get(vendor, (180, 15, 5))
-    specs = [(RECORD, {"n": n}) for n in range(ok)]
+    # The first children hold each process's threads for longer than a poll (the rest are
+    # fast and buffered), so the first process to claim cannot drain the batch alone.
+    slow = 10 * process_count(vendor)
+    specs = [(RECORD, {"n": n, "sleep": 0.3} if n < slow else {"n": n}) for n in range(ok)]
     specs += [("testproject.demo.workers.Reject", {}) for _ in range(dead)]
     specs += [(RECORD, {"cancel": True}, {"schedule_in": 3600}) for _ in range(cancelled)]
     workers = start_workers(worker_processes, process_count(vendor))  # all up: all take part
