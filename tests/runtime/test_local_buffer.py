@@ -139,7 +139,8 @@ def test_a_claim_begun_by_the_last_one_is_dropped_when_the_dispatcher_stops_or_h
         claims = len(claim.limits)
         stop(dispatcher)
         assert dispatcher.step() is None and len(claim.limits) == claims  # not sent
-        pool.handed = [job for job in pool.handed if id(job) in pool._slots]  # not released
+        held = pool.held_ids()
+        pool.handed = [job for job in pool.handed if job.id in held]  # not released
         pool.complete(len(pool.handed), 0.0001)
         assert dispatcher.quiet  # nothing held, no claim in flight
 
