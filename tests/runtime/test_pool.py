@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -167,6 +168,9 @@ def test_pool_a_dead_event_loop_fails_its_jobs_and_is_restarted(pool):
     bystander = kathikon.insert(f"{POISON}.AsyncSleeps", {"sleep": 30})
     (waiting,) = storage.claim_jobs("default", 1, NODE)
     pool.submit([waiting])
+    # The bystander must be waiting on this loop before it is stopped (on a busy machine
+    # its thread may start late, and would then start a new loop and sleep there).
+    wait_until(lambda: asyncio.all_tasks(before.loop), 10, message="the bystander waits")
     stopped = run(pool, f"{POISON}.StopsTheLoop", {"sleep": 30})
     assert stopped.errors[-1]["kind"] == "kathikon.EventLoopDied"
     wait_until(lambda: pool.held == 0, 5, message="the bystander failed too")
