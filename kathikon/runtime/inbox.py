@@ -27,6 +27,7 @@ class Inbox(Generic[T]):
         self._items: collections.deque[T] = collections.deque()
         self._ready = threading.Condition(threading.Lock())
         self._waiting = 0
+        self.wakeups = 0  # threads woken so far (a statistic)
 
     def put(self, items: list[T], wake: int | None = None) -> None:
         """Add ``items``; wake up to ``wake`` waiting threads (default: one per item)."""
@@ -35,8 +36,7 @@ class Inbox(Generic[T]):
         with self._ready:
             self._items.extend(items)
             count = len(items) if wake is None else max(1, wake)
-            if self._waiting:
-                self._ready.notify(min(count, self._waiting))
+            self._notify(count)
 
     def get(self) -> T:
         """The next item; blocks while there is none."""
@@ -56,8 +56,20 @@ class Inbox(Generic[T]):
     def wake(self, count: int) -> None:
         """Wake up to ``count`` idle threads if items are waiting."""
         with self._ready:
-            if self._items and self._waiting:
-                self._ready.notify(min(count, self._waiting))
+            if self._items:
+                self._notify(count)
+
+    def _notify(self, count: int) -> None:
+        count = min(count, self._waiting)  # the lock is held
+        if count:
+            self.wakeups += count
+            self._ready.notify(count)
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def waiting(self) -> int:
+        """Threads waiting for an item."""
+        with self._ready:
+            return self._waiting

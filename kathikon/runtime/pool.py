@@ -129,6 +129,16 @@ class ExecutorPool:
         with self.lock:
             return len(self._slots)
 
+    @property
+    def idle_threads(self) -> int:
+        """Executor threads waiting for a job."""
+        return self._inbox.waiting
+
+    @property
+    def thread_wakeups(self) -> int:
+        """How many times an idle executor thread was woken for a job, since the start."""
+        return self._inbox.wakeups
+
     def held_ids(self) -> set[object]:
         with self.lock:
             return {slot.job.id for slot in self._slots.values()}

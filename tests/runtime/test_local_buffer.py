@@ -145,17 +145,24 @@ def test_a_claim_begun_by_the_last_one_is_dropped_when_the_dispatcher_stops_or_h
         assert dispatcher.quiet  # nothing held, no claim in flight
 
 
-def test_a_buffered_hand_over_wakes_few_threads_for_fast_jobs(real_fast_pool):
-    pool = real_fast_pool
-    kathikon.insert_many([(workers_succeed(), {"i": i}) for i in range(40)])
+def test_a_buffered_hand_over_wakes_one_thread_for_fast_jobs(frozen_pool):
+    """Eight idle threads; 40 jobs of 50 µs are 2 ms of work: one thread wakes and runs
+    them one after the other (a frozen clock: no job counts as slow, nothing else wakes)."""
+    pool = frozen_pool
+    kathikon.insert_many([(workers_succeed(), {"i": i}) for i in range(48)])
+    pool.submit(storage.claim_jobs("default", 8, NODE))  # unbuffered: a thread per job
+    wait_until(lambda: pool.held == 0 and pool.idle_threads == 8, 10,
+               message="eight threads ran a job each and wait for the next")
+    pool.ran_on.clear()
+    woken = pool.thread_wakeups
     jobs = storage.claim_jobs("default", 40, NODE)
-    pool.prefetch, pool.run_time = 40, 0.00005  # fast jobs: 40 of them are 2 ms of work
+    pool.prefetch, pool.run_time = 40, 0.00005
     pool.submit(jobs)
+    assert pool.thread_wakeups - woken == 1  # not one per job: all eight idle threads
     wait_until(lambda: pool.held == 0, 10, message="the buffered jobs ran")
     assert pool.acker.flush(10)
-    assert Job.objects.filter(state="completed").count() == 40
-    # one thread ran them (the hand-over woke one); the other seven never had to wake
-    assert len({slot_thread for slot_thread in pool.ran_on}) == 1
+    assert Job.objects.filter(state="completed").count() == 48
+    assert len(pool.ran_on) == 40 and len(set(pool.ran_on)) == 1
 
 
 def test_jobs_buffered_behind_a_job_that_turned_slow_get_an_idle_thread(real_fast_pool):
@@ -190,6 +197,12 @@ class RecordingPool(ExecutorPool):
     def _begin(self, job):
         self.ran_on.append(threading.get_ident())
         return super()._begin(job)
+
+
+@pytest.fixture
+def frozen_pool(transactional_db):
+    yield from serve_pool(RecordingPool("default", 8, Acker().start(), clock=Clock(),
+                                        watchdog=False))
 
 
 @pytest.fixture
