@@ -19,7 +19,7 @@ from kathikon.ids import parse_id
 from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
-from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, jobs_from_rows
+from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, fetch_jobs, jobs_from_rows
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
@@ -86,10 +86,7 @@ def _claim_postgres(queue: str, limit: int, node: str, into: str,
     params: dict[str, Any] = {
         "queue": queue, "limit": limit, "node": node, "into": into, "now": now}
     with vendor.connection().cursor() as cursor:
-        vendor.load_timestamps_natively(cursor)
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    return jobs_from_rows(rows, vendor.alias(), typed=True)
+        return fetch_jobs(cursor, sql, params)
 
 
 def _claim_sqlite(queue: str, limit: int, node: str, into: str, now: dt.datetime) -> list[Job]:

@@ -34,7 +34,7 @@ from kathikon.limits import Limits
 from kathikon.models import Job, Queue, RateWindow
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
-from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
+from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
@@ -196,9 +196,9 @@ def _claim_postgres(queue: str, limit: int, node: str, limits: Limits, into: str
         # The pick's LIMIT is a constant: the planner walks the claim index and stops.
         sql = _PG_CLAIM.format(key=key_after_sql(into, "j"),
                                bump=_PG_BUMP if window is not None else "")
-        cursor.execute(sql, {"queue": queue, "now": clock, "budget": budget, "into": into,
-                             "node": node, "window": window, "used": used})
-        jobs = jobs_from_rows(cursor.fetchall(), vendor.alias())
+        jobs = fetch_jobs(cursor, sql, {"queue": queue, "now": clock, "budget": budget,
+                                        "into": into, "node": node, "window": window,
+                                        "used": used})
         short = len(jobs) < limit
         if not (short and held_by and _any_due(queue, clock, besides=[j.id for j in jobs])):
             held_by = None

@@ -11,6 +11,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from kathikon.models import Job
+from kathikon.storage import vendor
 
 _new = Job.__new__
 
@@ -72,3 +73,15 @@ def jobs_from_rows(rows: list[tuple[Any, ...]], using: str, *, typed: bool = Fal
             job = Job.from_db(using, JOB_ATTNAMES, values)
         jobs.append(job)
     return jobs
+
+
+def fetch_jobs(cursor: Any, sql: str, params: Any) -> list[Job]:
+    """Run ``sql`` (PostgreSQL, selecting or returning ``JOB_COLUMNS``) and build its jobs.
+
+    psycopg already gives UUIDs and aware datetimes, so only JSON is decoded; in a UTC
+    session its own C loader reads the timestamps (``vendor.load_timestamps_natively``).
+    The claim paths build one job per row, so this is what they share.
+    """
+    vendor.load_timestamps_natively(cursor)
+    cursor.execute(sql, params)
+    return jobs_from_rows(cursor.fetchall(), cursor.db.alias, typed=True)

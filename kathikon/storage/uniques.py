@@ -31,7 +31,7 @@ from kathikon.models import Job
 from kathikon.states import JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.errors import lost_a_race
-from kathikon.storage.rows import JOB_COLUMNS, jobs_from_rows
+from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
 from kathikon.unique import STATE_BITS
 
 COLUMNS = ("id, queue, worker, args, state, priority, max_attempts, scheduled_at, "
@@ -251,10 +251,9 @@ def _holders(keys: Sequence[str]) -> dict[str, Job]:
     using = vendor.alias()
     if vendor.is_postgres():
         with vendor.connection().cursor() as cursor:
-            cursor.execute(f"SELECT {JOB_COLUMNS} FROM kathikon_job WHERE unique_key = ANY(%s)",
-                           [list(keys)])
-            return {job.unique_key: job  # type: ignore[misc]
-                    for job in jobs_from_rows(cursor.fetchall(), using)}
+            jobs = fetch_jobs(cursor, f"SELECT {JOB_COLUMNS} FROM kathikon_job "
+                                      "WHERE unique_key = ANY(%s)", [list(keys)])
+            return {job.unique_key: job for job in jobs}  # type: ignore[misc]
     return {job.unique_key: job  # type: ignore[misc]
             for job in Job.objects.using(using).filter(unique_key__in=list(keys)).order_by()}
 

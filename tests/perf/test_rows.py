@@ -89,15 +89,21 @@ def test_unsaved_jobs_match_model_init(with_receiver):
 
 
 @pytest.mark.django_db
-def test_a_claimed_job_is_the_job_the_orm_reads(postgres_only):
-    """The claim loads timestamps with psycopg's own loader and trusts its UUIDs; the job it
-    builds is still the ORM's, down to each datetime's tzinfo object."""
+@pytest.mark.parametrize("limited", [False, True], ids=["claim", "limited claim"])
+def test_a_claimed_job_is_the_job_the_orm_reads(postgres_only, limited):
+    """The claims load timestamps with psycopg's own loader and trust its UUIDs; the job
+    they build is still the ORM's, down to each datetime's tzinfo object."""
     import datetime as dt
 
     from kathikon import storage
+    from kathikon.limits import Limits
+    from kathikon.storage.limited import claim_limited_jobs
 
     kathikon.insert(workers.Succeed, {"a": [1, {"b": None}]}, meta={"m": 1})
-    (claimed,) = storage.claim_jobs("default", 5, "rows-node")
+    if limited:
+        (claimed,) = claim_limited_jobs("default", 5, "rows-node", Limits(global_limit=3)).jobs
+    else:
+        (claimed,) = storage.claim_jobs("default", 5, "rows-node")
     orm = Job.objects.get(id=claimed.id)
     _same(claimed, orm)
     fields = ("available_at", "inserted_at", "started_at")
