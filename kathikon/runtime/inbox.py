@@ -5,10 +5,8 @@ microsecond jobs and a hundred threads, that wakes every idle thread for each
 claim: each takes a job or two and sleeps again, about one context switch per
 job. Here the dispatcher says how many threads to wake for a hand-over (the
 pool works it out from its jobs' mean run time), threads that are awake keep
-taking jobs until the inbox is empty, and a thread that just spent a while on
-one job wakes another if jobs are still waiting (jobs that turned slow get
-more threads without waiting for the next claim; the pool's watchdog does the
-same for jobs still running slow).
+taking jobs until the inbox is empty, and the pool's watchdog wakes more
+(:meth:`Inbox.wake`) while jobs wait behind one that runs slow.
 """
 
 from __future__ import annotations
@@ -48,10 +46,6 @@ class Inbox(Generic[T]):
                 finally:
                     self._waiting -= 1
             return self._items.popleft()
-
-    def help_if_waiting(self) -> None:
-        """Wake one more thread if items are waiting and a thread is idle."""
-        self.wake(1)
 
     def wake(self, count: int) -> None:
         """Wake up to ``count`` idle threads if items are waiting."""

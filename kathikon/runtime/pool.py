@@ -335,12 +335,9 @@ class ExecutorPool:
                     self.acker.add(execution)  # before the slot frees: shutdown flushes it
                     del self._slots[id(job)]
                     self.finished += 1
-                    took = self.clock() - slot.started
-                    self.run_time += (took - self.run_time) * 0.1
+                    self.run_time += (self.clock() - slot.started - self.run_time) * 0.1
                     self._freed()
                 slot = None
-                if took >= HANDOVER_TIME:
-                    self._inbox.help_if_waiting()  # slower than the hand-over assumed
         except BaseException as exc:  # the thread is dying: its job must not stay running
             self._died(slot, exc)
         finally:
