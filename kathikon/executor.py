@@ -269,23 +269,20 @@ def settle(executions: Sequence[Execution]) -> list[Execution]:
 
 def record(executions: Sequence[Execution]) -> Acked:
     """Write the outcomes (one transaction at most; nothing written when it raises)."""
-    # (UUIDs hash in Python: the common batch, nothing completed in a transaction, looks
-    # each id up once)
     done = {execution.job.id for execution in executions
             if execution.job.completed_in_transaction}
     for execution in executions:
-        if done and execution.job.id in done:  # completed in perform's own transaction
-            _completed_in_transaction(execution)  # no ack to write
+        if execution.job.id in done:  # completed in perform's own transaction: no ack to write
+            _completed_in_transaction(execution)
     acked = write_acks([execution.ack for execution in executions
-                        if not done or execution.job.id not in done])
-    written = acked.written
+                        if execution.job.id not in done])
     for execution in executions:
         job = execution.job
-        if done and job.id in done:
-            written.add(job.id)
+        if job.id in done:
+            acked.written.add(job.id)
             if job.batch_id is not None and job.state in TERMINAL_STATES:
                 acked.finished_batches.add(job.batch_id)
-        execution.written = job.id in written
+        execution.written = job.id in acked.written
     return acked
 
 
@@ -302,7 +299,7 @@ def announce(executions: Sequence[Execution], acked: Acked) -> None:
             logger.warning("kathikon: ack of job %s fenced off (rescued or changed since its "
                            "claim); outcome %s dropped", execution.job.id.hex, execution.kind)
             continue
-        if acked.held and execution.job.id in acked.held:
+        if execution.job.id in acked.held:
             continue  # completed, with its signal, when its batch is closed
         _send_outcome(execution)
     if acked.finished_batches:  # one query; jobs outside batches pay nothing

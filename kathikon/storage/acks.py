@@ -104,7 +104,7 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
     acked.held = set(held)
     acked.written |= acked.held
     for ack in acks:
-        if held and ack.job.id in held:
+        if ack.job.id in held:
             for name, value in held[ack.job.id].items():
                 setattr(ack.job, name, value)
         elif ack.job.id in acked.written:
