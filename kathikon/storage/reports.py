@@ -89,7 +89,7 @@ def _postgres_counts(cap: int | None) -> list[dict[str, Any]]:
     rows = []
     for queue, state, count in counted:
         estimated = cap is not None and count > cap
-        if estimated:
+        if cap is not None and estimated:  # (cap tested again for the type checker)
             guess = total * share.get(("queue", queue), 0.0) * share.get(("state", state), 0.0)
             count = max(int(guess), cap + 1)
         if count:
