@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "LISTEN_DATABASE": None,  # a direct (non-PgBouncer) alias for LISTEN; None = DATABASE
     "ALLOW_DESTRUCTIVE_ACTIONS": True,  # dashboard/ops retry, cancel, rerun, pause, prune
     "TESTING_MODE": None,  # None (normal), "inline" or "manual": see kathikon.testing
+    "PREPARED_STATEMENTS": True,  # on connections straight to PostgreSQL: storage.prepared
 }
 POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "SCHEDULER_INTERVAL", "PRUNE_INTERVAL", "RETENTION_PERIOD",
@@ -126,6 +127,9 @@ def _problems(raw: Any) -> list[Problem]:
     if not isinstance(values["ALLOW_DESTRUCTIVE_ACTIONS"], bool):
         found.append(Problem("kathikon.E012", "KATHIKON['ALLOW_DESTRUCTIVE_ACTIONS'] must be "
                              "True or False.", "True lets the dashboard and CLI change jobs."))
+    if not isinstance(values["PREPARED_STATEMENTS"], bool):
+        found.append(Problem("kathikon.E014", "KATHIKON['PREPARED_STATEMENTS'] must be True or "
+                             "False.", "False plans every statement anew (see docs/settings.md)."))
     return found
 
 
@@ -299,6 +303,10 @@ def cron() -> list[dict[str, Any]]:
 
 def allow_destructive_actions() -> bool:
     return bool(get()["ALLOW_DESTRUCTIVE_ACTIONS"])
+
+
+def prepared_statements() -> bool:
+    return bool(get()["PREPARED_STATEMENTS"])
 
 
 def testing_mode() -> str | None:

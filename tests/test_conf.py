@@ -62,6 +62,8 @@ def test_readers_follow_override_settings(settings):
     ({"RESCUE_AFTER": 5, "HEARTBEAT_INTERVAL": 10}, ["kathikon.E009"]),
     ({"CRON": "0 * * * *"}, ["kathikon.E010"]),
     ({"TESTING_MODE": "eager"}, ["kathikon.E011"]),
+    ({"ALLOW_DESTRUCTIVE_ACTIONS": "no"}, ["kathikon.E012"]),
+    ({"PREPARED_STATEMENTS": 0}, ["kathikon.E014"]),
 ])
 def test_bad_settings_are_reported_with_ids_and_hints(settings, value, expected):
     assert ids(value, settings) == expected

@@ -17,7 +17,7 @@ from typing import Any
 
 from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
-from kathikon.storage import batches, notify, vendor
+from kathikon.storage import batches, notify, prepared, vendor
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
@@ -136,7 +136,7 @@ def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
     texts = [str(ack.job.id) for ack in acks]
     ids = "{" + ",".join(texts) + "}"
     leases = "{" + ",".join([str(int(ack.job.lease)) for ack in acks]) + "}"
-    with vendor.connection().cursor() as cursor:
+    with prepared.cursor() as cursor:
         if all(ack.result is None for ack in acks):
             cursor.execute(_PG_COMPLETE_NO_RESULT, [now, ids, leases])
         else:

@@ -18,26 +18,30 @@ from kathikon.exceptions import InvalidState, JobExecuting, JobNotFound
 from kathikon.ids import parse_id
 from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
-from kathikon.storage import vendor
+from kathikon.storage import prepared, vendor
 from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, fetch_jobs, jobs_from_rows
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
 _CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 
+# The picked ids go to the UPDATE as an array (``= ANY(ARRAY(…))``): the planner then
+# always fetches them by primary key. The claim is a prepared statement
+# (``storage.prepared``); joining a CTE instead, PostgreSQL's generic plan guesses that
+# ``LIMIT $n`` keeps 10% of the queue and, past ~100k waiting jobs, joins by
+# scanning the whole table (320 ms instead of 1 ms for 10 jobs of 157k).
 _PG_CLAIM = f"""
-WITH picked AS (
+UPDATE kathikon_job AS j
+SET state = %(into)s, attempts = j.attempts + 1, started_at = {{now}},
+    attempted_by = %(node)s, lease = j.lease + 1, unique_key = {{key}}
+WHERE j.id = ANY(ARRAY(
     SELECT id FROM kathikon_job
     WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= {{now}}
       AND NOT suspect
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %(queue)s AND paused)
     ORDER BY priority DESC, available_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED)
-UPDATE kathikon_job AS j
-SET state = %(into)s, attempts = j.attempts + 1, started_at = {{now}},
-    attempted_by = %(node)s, lease = j.lease + 1, unique_key = {{key}}
-FROM picked WHERE j.id = picked.id
+    FOR UPDATE SKIP LOCKED))
 RETURNING {", ".join("j." + c.strip('"') for c in JOB_COLUMNS.split(", "))}
 """
 
@@ -85,7 +89,7 @@ def _claim_postgres(queue: str, limit: int, node: str, into: str,
                            key=key_after_sql(into, "j"))
     params: dict[str, Any] = {
         "queue": queue, "limit": limit, "node": node, "into": into, "now": now}
-    with vendor.connection().cursor() as cursor:
+    with prepared.cursor() as cursor:
         return fetch_jobs(cursor, sql, params)
 
 

@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.backends.base.base import BaseDatabaseWrapper
 
 from kathikon.jobspec import JobRow
 from kathikon.models import Job
 from kathikon.states import JobState
-from kathikon.storage import notify, uniques, vendor
+from kathikon.storage import notify, prepared, uniques, vendor
 from kathikon.storage.schema import explain_missing_schema
 
 _INSERT_COLUMNS = ("id, queue, worker, args, state, priority, max_attempts, scheduled_at, "
@@ -89,7 +88,7 @@ def insert_job(row: JobRow) -> Job:
     job = row.to_job()
     with explain_missing_schema(connection):
         if connection.vendor == "postgresql":
-            _insert_one_postgres(connection, row)
+            _insert_one_postgres(row)
         else:
             job.save(force_insert=True, using=alias)
     job._state.adding = False
@@ -97,8 +96,8 @@ def insert_job(row: JobRow) -> Job:
     return job
 
 
-def _insert_one_postgres(connection: BaseDatabaseWrapper, row: JobRow) -> None:
-    with connection.cursor() as cursor:
+def _insert_one_postgres(row: JobRow) -> None:
+    with prepared.cursor() as cursor:
         if not vendor.binds_on_client(cursor):
             cursor.execute(_PG_INSERT_ONE_CTE, _pg_values(row))
         elif row.state == JobState.AVAILABLE:

@@ -1,0 +1,239 @@
+"""The insert, claim and ack are prepared statements on a connection straight to PostgreSQL,
+and plain ones behind a pooler, with the setting off, or after a column changed type."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+from django.test import override_settings
+
+import kathikon
+from kathikon.storage import acks, claims, prepared
+from tests import workers
+
+
+def _kind(sql: str) -> str:
+    """Which of the job path's statements ``sql`` is."""
+    if "INSERT INTO kathikon_job" in sql:
+        return "insert"
+    if "FOR UPDATE SKIP LOCKED" in sql:
+        return "claim"
+    if "SET state = 'completed'" in sql:
+        return "ack"
+    return sql
+
+
+def _connection(**changes: Any) -> Iterator[Any]:
+    """Kathikon's alias on a fresh connection (nothing prepared yet), with ``changes``."""
+    default = connections["default"]
+    settings = {**default.settings_dict, **changes}
+    settings["OPTIONS"] = {**default.settings_dict["OPTIONS"], **changes.get("OPTIONS", {})}
+    wrapper = type(default)(settings, alias="default")
+    connections["default"] = wrapper  # this thread's connection, for Kathikon and atomic()
+    try:
+        yield wrapper
+    finally:
+        connections["default"] = default
+        wrapper.close()
+
+
+@pytest.fixture
+def fresh(postgres_only) -> Iterator[Any]:
+    yield from _connection()
+
+
+def _job_path(times: int = 3) -> None:
+    """Each hot statement ``times`` times: insert, claim, ack."""
+    for i in range(times):
+        kathikon.insert(workers.Succeed, {"i": i}, queue="prep")
+        jobs = claims.claim_jobs("prep", 5, "node-a")
+        assert jobs
+        assert acks.ack_jobs([acks.Ack(job, "completed") for job in jobs]) == {
+            job.id for job in jobs}
+
+
+def _prepared(wrapper: Any) -> list[tuple[str, int]]:
+    """The statements prepared in ``wrapper``'s session, with how often each ran planned."""
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans + custom_plans "
+                       "FROM pg_prepared_statements")
+        return [(text.strip(), runs) for text, runs in cursor.fetchall()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_job_path_runs_prepared_on_a_direct_connection(fresh):
+    _job_path()
+    # prepared once each, run three times
+    assert {_kind(text): runs for text, runs in _prepared(fresh)} == {
+        "insert": 3, "claim": 3, "ack": 3}
+    assert prepared.prepares(fresh)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_applications_own_statements_stay_unprepared(fresh):
+    from psycopg import Cursor
+
+    _job_path(1)
+    raw = fresh.connection
+    for _ in range(10):  # psycopg's own threshold is 5: Django's None must still hold
+        with Cursor(raw) as cursor:
+            cursor.execute("SELECT %s::int + 41", [1])
+    assert not [text for text, _ in _prepared(fresh) if "41" in text]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prepared_statements_are_logged_like_any_query(fresh):
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(fresh) as captured:
+        _job_path(1)
+    assert [_kind(q["sql"]) for q in captured.captured_queries] == ["insert", "claim", "ack"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nothing_is_prepared_with_the_setting_off(postgres_only):
+    with override_settings(KATHIKON={"QUEUES": {"default": {}}, "PREPARED_STATEMENTS": False}):
+        for wrapper in _connection():
+            _job_path()
+            assert _prepared(wrapper) == []
+
+
+class _Pooler:
+    """A TCP relay to PostgreSQL that, like PgBouncer, gives its clients a backend pid of
+    its own (BackendKeyData, message ``K``); every other byte passes unchanged."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.clients = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.clients += 1
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._relay_server, args=(upstream, client),
+                             daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+    def _relay_server(self, upstream: socket.socket, client: socket.socket) -> None:
+        """Server messages one by one until the key data (sent once, at start), then bytes."""
+        buffer = b""
+        try:
+            while True:
+                while len(buffer) < 5 or len(buffer) < 1 + struct.unpack("!i", buffer[1:5])[0]:
+                    data = upstream.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                kind, size = buffer[:1], struct.unpack("!i", buffer[1:5])[0]
+                message, buffer = buffer[:1 + size], buffer[1 + size:]
+                if kind == b"K":
+                    pid = struct.unpack("!i", message[5:9])[0]
+                    message = message[:5] + struct.pack("!i", pid ^ 0x5A5A5A) + message[9:]
+                client.sendall(message)
+                if kind == b"K":
+                    client.sendall(buffer)
+                    self._pump(upstream, client)
+                    return
+        except OSError:
+            client.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_pooler_nothing_is_prepared_and_the_job_path_works(postgres_only):
+    default = connections["default"].settings_dict
+    pooler = _Pooler(default["HOST"] or "127.0.0.1", int(default["PORT"] or 5432))
+    try:
+        options = {"sslmode": "disable", "gssencmode": "disable"}  # plain messages to relay
+        for wrapper in _connection(HOST="127.0.0.1", PORT=str(pooler.port), OPTIONS=options):
+            _job_path()
+            assert pooler.clients == 1
+            assert not prepared.prepares(wrapper)
+            assert _prepared(wrapper) == []
+    finally:
+        pooler.close()
+
+
+def _alter_from_another_session(sql: str) -> None:
+    """What a deploy's migration does while workers and web processes keep their sessions."""
+    import psycopg
+
+    settings = connections["default"].settings_dict
+    with psycopg.connect(host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
+                         dbname=settings["NAME"], autocommit=True) as other:
+        other.execute(sql)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_column_changing_type_under_the_prepared_statements_changes_nothing(fresh):
+    _job_path(1)
+    _alter_from_another_session("ALTER TABLE kathikon_job ALTER COLUMN attempted_by TYPE text")
+    try:
+        kathikon.insert(workers.Succeed, {}, queue="prep")
+        [job] = claims.claim_jobs("prep", 5, "node-a")
+        assert job.attempted_by == "node-a"
+        with transaction.atomic():
+            kathikon.insert(workers.Succeed, {}, queue="prep")
+            assert len(claims.claim_jobs("prep", 5, "node-a")) == 1
+        # The failed claim dropped the session's plans; made anew since: the claim's retry
+        # and the claim and insert in the transaction.
+        assert {_kind(text): runs for text, runs in _prepared(fresh)} == {"claim": 2, "insert": 1}
+    finally:
+        _alter_from_another_session("ALTER TABLE kathikon_job ALTER COLUMN attempted_by "
+                                    "TYPE varchar(255)")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claims_generic_plan_fetches_its_jobs_by_primary_key(fresh):
+    """PostgreSQL switches a prepared statement to a generic plan, which guesses that
+    ``LIMIT $n`` keeps 10% of the queue: the claim must not then scan the table."""
+    kathikon.insert_many([(workers.Succeed, {}, {"queue": "prep"})] * 20_000)
+    with fresh.cursor() as cursor:
+        cursor.execute("ANALYZE kathikon_job")
+    assert len(claims.claim_jobs("prep", 5, "node-a")) == 5
+    [(name, text)] = [row for row in _prepared_names(fresh) if _kind(row[1]) == "claim"]
+    values = {"state": "'running'", "attempted_by": "'node-a'", "queue": "'prep'", "LIMIT": "5"}
+    found = dict(re.findall(r"(state|attempted_by|queue|LIMIT) =? ?\$(\d+)", text))
+    arguments = ", ".join(values[found_by] for found_by, _ in sorted(
+        found.items(), key=lambda item: int(item[1])))
+    with fresh.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            cursor.execute(f"EXPLAIN EXECUTE {name}({arguments})")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+    assert "Seq Scan" not in plan, plan
+    assert "kathikon_job_pkey" in plan, plan
+
+
+def _prepared_names(wrapper: Any) -> list[tuple[str, str]]:
+    with wrapper.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        return cursor.fetchall()
