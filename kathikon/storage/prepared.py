@@ -13,7 +13,9 @@ session, where the statement does not exist. So they are used only where the cli
 talks to PostgreSQL itself. Poolers hand their clients a backend pid of their own
 (PgBouncer a random one), so a connection whose pid differs from ``pg_backend_pid()``
 keeps the ordinary cursor; so does psycopg 2, a connection whose time zone is not
-UTC, and ``KATHIKON["PREPARED_STATEMENTS"] = False``.
+UTC, and ``KATHIKON["PREPARED_STATEMENTS"] = False``. While Django records queries
+(``DEBUG``, ``CaptureQueriesContext``) the statements run plain too, so that
+``connection.queries`` shows them with their values, as it shows every other one.
 
 PostgreSQL plans a prepared statement again after another session's schema change,
 but refuses to run one whose result columns changed type; the cursor then drops the
@@ -42,6 +44,8 @@ def cursor() -> CursorWrapper:
     connection = vendor.connection()
     if connection.vendor != "postgresql" or not conf.prepared_statements():
         return connection.cursor()
+    if connection.queries_logged:  # DEBUG, CaptureQueriesContext: logged with their values
+        return connection.cursor()
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     if not prepares(connection):
@@ -49,8 +53,6 @@ def cursor() -> CursorWrapper:
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
         driver = _preparing_cursor_class()(connection.connection)
-    if connection.queries_logged:
-        return connection.make_debug_cursor(driver)
     return connection.make_cursor(driver)
 
 

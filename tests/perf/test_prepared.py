@@ -89,12 +89,15 @@ def test_the_applications_own_statements_stay_unprepared(fresh):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_prepared_statements_are_logged_like_any_query(fresh):
+def test_while_django_records_queries_they_run_plain_and_are_logged_with_their_values(fresh):
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(fresh) as captured:
         _job_path(1)
-    assert [_kind(q["sql"]) for q in captured.captured_queries] == ["insert", "claim", "ack"]
+    logged = [q["sql"] for q in captured.captured_queries]
+    assert [_kind(sql) for sql in logged] == ["insert", "claim", "ack"]
+    assert "'prep'" in logged[0] and "'node-a'" in logged[1]  # values, not $1
+    assert _prepared(fresh) == []
 
 
 @pytest.mark.django_db(transaction=True)
