@@ -11,6 +11,7 @@ from django.db import connection, connections, transaction
 import kathikon
 from kathikon.models import Job
 from tests import workers
+from tests.connections import fresh_connection
 
 TRICKY = {
     "tab": "a\tb", "newline": "a\nb", "backslash": "a\\b\\\\N", "quote": 'say "hi"',
@@ -79,18 +80,11 @@ def test_insert_many_notifies_each_queue_with_available_jobs_once_on_commit(post
 def insert_cursor(request, postgres_only):
     """Kathikon's connection as Django makes it by default (psycopg's ClientCursor: insert and
     NOTIFY in one message) or with ``OPTIONS={"server_side_binding": True}`` (one CTE)."""
-    default = connections["default"]
     if request.param == "client_binding":
-        yield default
+        yield connections["default"]
         return
-    options = {**default.settings_dict["OPTIONS"], "server_side_binding": True}
-    wrapper = type(default)({**default.settings_dict, "OPTIONS": options}, alias="default")
-    connections["default"] = wrapper  # this thread's connection, for Kathikon and atomic()
-    try:
+    with fresh_connection(OPTIONS={"server_side_binding": True}) as wrapper:
         yield wrapper
-    finally:
-        connections["default"] = default
-        wrapper.close()
 
 
 def _listener():

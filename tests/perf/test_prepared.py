@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,8 @@ from django.test import override_settings
 import kathikon
 from kathikon.storage import acks, claims, prepared
 from tests import workers
+from tests.connections import fresh_connection
+from tests.tcp_proxy import Proxy
 
 
 def _kind(sql: str) -> str:
@@ -30,23 +31,10 @@ def _kind(sql: str) -> str:
     return sql
 
 
-def _connection(**changes: Any) -> Iterator[Any]:
-    """Kathikon's alias on a fresh connection (nothing prepared yet), with ``changes``."""
-    default = connections["default"]
-    settings = {**default.settings_dict, **changes}
-    settings["OPTIONS"] = {**default.settings_dict["OPTIONS"], **changes.get("OPTIONS", {})}
-    wrapper = type(default)(settings, alias="default")
-    connections["default"] = wrapper  # this thread's connection, for Kathikon and atomic()
-    try:
-        yield wrapper
-    finally:
-        connections["default"] = default
-        wrapper.close()
-
-
 @pytest.fixture
 def fresh(postgres_only) -> Iterator[Any]:
-    yield from _connection()
+    with fresh_connection() as wrapper:  # nothing prepared yet
+        yield wrapper
 
 
 def _job_path(times: int = 3) -> None:
@@ -102,47 +90,20 @@ def test_while_django_records_queries_they_run_plain_and_are_logged_with_their_v
 
 @pytest.mark.django_db(transaction=True)
 def test_nothing_is_prepared_with_the_setting_off(postgres_only):
-    with override_settings(KATHIKON={"QUEUES": {"default": {}}, "PREPARED_STATEMENTS": False}):
-        for wrapper in _connection():
-            _job_path()
-            assert _prepared(wrapper) == []
+    off = {"QUEUES": {"default": {}}, "PREPARED_STATEMENTS": False}
+    with override_settings(KATHIKON=off), fresh_connection() as wrapper:
+        _job_path()
+        assert _prepared(wrapper) == []
 
 
-class _Pooler:
-    """A TCP relay to PostgreSQL that, like PgBouncer, gives its clients a backend pid of
-    its own (BackendKeyData, message ``K``); every other byte passes unchanged."""
+class _Pooler(Proxy):
+    """A relay that, like PgBouncer, gives its clients a backend pid of its own (message
+    ``K``, BackendKeyData, sent once at the start); every other byte passes unchanged."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.clients = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+    clients = 0
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            self.clients += 1
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._relay_server, args=(upstream, client),
-                             daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            sink.close()
-
-    def _relay_server(self, upstream: socket.socket, client: socket.socket) -> None:
-        """Server messages one by one until the key data (sent once, at start), then bytes."""
+    def relay_server(self, upstream: socket.socket, client: socket.socket) -> None:
+        self.clients += 1
         buffer = b""
         try:
             while True:
@@ -159,28 +120,26 @@ class _Pooler:
                 client.sendall(message)
                 if kind == b"K":
                     client.sendall(buffer)
-                    self._pump(upstream, client)
-                    return
+                    break
         except OSError:
-            client.close()
-
-    def close(self) -> None:
-        self.server.close()
+            return
+        self.pump(upstream, client)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_behind_a_pooler_nothing_is_prepared_and_the_job_path_works(postgres_only):
     default = connections["default"].settings_dict
-    pooler = _Pooler(default["HOST"] or "127.0.0.1", int(default["PORT"] or 5432))
+    pooler = _Pooler((default["HOST"] or "127.0.0.1", int(default["PORT"] or 5432))).start()
     try:
         options = {"sslmode": "disable", "gssencmode": "disable"}  # plain messages to relay
-        for wrapper in _connection(HOST="127.0.0.1", PORT=str(pooler.port), OPTIONS=options):
+        with fresh_connection(HOST="127.0.0.1", PORT=str(pooler.port),
+                              OPTIONS=options) as wrapper:
             _job_path()
             assert pooler.clients == 1
             assert not prepared.prepares(wrapper)
             assert _prepared(wrapper) == []
     finally:
-        pooler.close()
+        pooler.stop()
 
 
 def _alter_from_another_session(sql: str) -> None:
