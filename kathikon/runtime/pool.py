@@ -58,6 +58,9 @@ WATCH_EVERY = 1.0   # seconds between liveness checks of the executor threads
 HANDOVER_TIME = 0.002  # seconds: a buffered hand-over wakes enough threads to run it in this
 # long at the jobs' mean run time; a job running longer than this counts as slow
 HELP_EVERY = 0.01  # seconds between the watchdog's checks for slow jobs while the pool buffers
+# Above this share of the wall-clock time on the CPU, the process is bound by it: more
+# threads would only take turns for the GIL (and count the turns as run time).
+CPU_BOUND = 0.5
 
 
 @dataclass(slots=True, eq=False)
@@ -76,18 +79,22 @@ class Slot:
 class ExecutorPool:
     """Runs the claimed jobs of one queue on up to ``concurrency`` threads.
 
-    ``clock`` (monotonic seconds) is injectable for tests; ``watchdog=False``
-    leaves :meth:`watch` to the caller (tests drive it one step at a time).
+    ``clock`` (monotonic seconds) and ``cpu_clock`` (this process's CPU seconds) are
+    injectable for tests; ``watchdog=False`` leaves :meth:`watch` to the caller (tests
+    drive it one step at a time).
     """
 
     def __init__(self, queue: str, concurrency: int, acker: Acker, *,
                  executor: Executor | None = None, clock: Callable[[], float] = time.monotonic,
+                 cpu_clock: Callable[[], float] = time.process_time,
                  watchdog: bool = True) -> None:
         self.queue = queue
         self.concurrency = concurrency
         self.acker = acker
         self.executor = executor or Executor()
         self.clock = clock
+        self.cpu_clock = cpu_clock
+        self._load_since = (clock(), cpu_clock())  # the last hand-over's wall and CPU clocks
         self.finished = 0          # jobs whose outcome went to the acker from their thread
         self.timed_out = 0         # jobs failed by the timeout watchdog
         self.abandoned_threads = 0
@@ -167,11 +174,14 @@ class ExecutorPool:
 
         Unbuffered, every job gets a thread at once. Buffered (fast jobs), only as many
         threads wake as run the hand-over in about ``HANDOVER_TIME``: a few threads take
-        microsecond jobs one after the other without a context switch each.
+        microsecond jobs one after the other without a context switch each. A process
+        bound by its CPU wakes one: the threads awake keep taking jobs, and more would
+        only wait for the GIL, which their jobs' run time would count (more wake-ups).
         """
         wake = None
         if self.prefetch:
-            wake = math.ceil(len(jobs) * self.run_time / HANDOVER_TIME)
+            wake = 1 if self._cpu_bound() else math.ceil(
+                len(jobs) * self.run_time / HANDOVER_TIME)
             if not self._helping:  # the watchdog now looks for slow jobs every HELP_EVERY
                 with self.lock:
                     self._helping = True
@@ -224,6 +234,13 @@ class ExecutorPool:
             threads = len(self._threads)
             self._watch_cond.notify_all()
         self._inbox.put([None] * threads)
+
+    def _cpu_bound(self) -> bool:
+        """Did this process spend most of the time since the last hand-over on the CPU?"""
+        wall, cpu = self.clock(), self.cpu_clock()
+        since_wall, since_cpu = self._load_since
+        self._load_since = (wall, cpu)
+        return wall > since_wall and cpu - since_cpu >= CPU_BOUND * (wall - since_wall)
 
     # -- the watchdog ------------------------------------------------------------------------
 

@@ -165,6 +165,29 @@ def test_a_buffered_hand_over_wakes_one_thread_for_fast_jobs(frozen_pool):
     assert len(pool.ran_on) == 40 and len(set(pool.ran_on)) == 1
 
 
+@pytest.mark.parametrize(("cpu_share", "woken"), [(0.9, 1), (0.1, 8)],
+                         ids=["process on the CPU", "process mostly waiting"])
+def test_a_process_bound_by_its_cpu_wakes_one_thread_per_hand_over(
+        clocked_pool, cpu_share, woken):
+    """Jobs of 2 ms each: 40 are 80 ms of work, so every idle thread wakes, unless the
+    process spent the time since the last hand-over on the CPU: more threads would only
+    wait for the GIL (on a 2-core box with 100 threads, 2 context switches per job)."""
+    pool = clocked_pool
+    kathikon.insert_many([(workers_succeed(), {"i": i}) for i in range(48)])
+    pool.submit(storage.claim_jobs("default", 8, NODE))  # unbuffered: a thread per job
+    wait_until(lambda: pool.held == 0 and pool.idle_threads == 8, 10,
+               message="eight threads ran a job each and wait for the next")
+    pool.clock.advance(0.1)
+    pool.cpu_clock.advance(0.1 * cpu_share)
+    woken_before = pool.thread_wakeups
+    pool.prefetch, pool.run_time = 40, 0.002
+    pool.submit(storage.claim_jobs("default", 40, NODE))
+    assert pool.thread_wakeups - woken_before == woken
+    wait_until(lambda: pool.held == 0, 10, message="the buffered jobs ran")
+    assert pool.acker.flush(10)
+    assert Job.objects.filter(state="completed").count() == 48
+
+
 def test_jobs_buffered_behind_a_job_that_turned_slow_get_an_idle_thread(real_fast_pool):
     """The hand-over woke one thread for what looked like fast jobs; the first one blocks.
     The jobs behind it must not wait for it while seven threads are idle."""
@@ -203,6 +226,13 @@ class RecordingPool(ExecutorPool):
 def frozen_pool(transactional_db):
     yield from serve_pool(RecordingPool("default", 8, Acker().start(), clock=Clock(),
                                         watchdog=False))
+
+
+@pytest.fixture
+def clocked_pool(transactional_db):
+    """Both of its clocks (wall and this process's CPU) move only when the test says."""
+    yield from serve_pool(RecordingPool("default", 8, Acker().start(), clock=Clock(),
+                                        cpu_clock=Clock(), watchdog=False))
 
 
 @pytest.fixture
