@@ -58,9 +58,10 @@ WATCH_EVERY = 1.0   # seconds between liveness checks of the executor threads
 HANDOVER_TIME = 0.002  # seconds: a buffered hand-over wakes enough threads to run it in this
 # long at the jobs' mean run time; a job running longer than this counts as slow
 HELP_EVERY = 0.01  # seconds between the watchdog's checks for slow jobs while the pool buffers
-# Above this share of the wall-clock time on the CPU, the process is bound by it: more
-# threads would only take turns for the GIL (and count the turns as run time).
-CPU_BOUND = 0.5
+# Above this share of the wall-clock time on the CPU, more threads would only take turns
+# for the GIL (and count the turns as run time). Not 1: a process taking turns with others
+# for the cores (two workers and PostgreSQL on two) is on the CPU ~40% of the time.
+CPU_BOUND = 0.3
 
 
 @dataclass(slots=True, eq=False)
