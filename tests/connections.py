@@ -23,3 +23,14 @@ def fresh_connection(**changes: Any) -> Iterator[Any]:
     finally:
         connections["default"] = default
         wrapper.close()
+
+
+def another_session(*, dbname: str | None = None) -> Any:
+    """A psycopg connection of its own (autocommit) to the test database, or to ``dbname``:
+    what another process sees (a listener, a deploy's migration). PostgreSQL only."""
+    import psycopg
+
+    settings = connections["default"].settings_dict
+    return psycopg.connect(host=settings["HOST"], port=settings["PORT"] or 5432,
+                           user=settings["USER"], password=settings["PASSWORD"] or None,
+                           dbname=dbname or settings["NAME"], autocommit=True)

@@ -18,6 +18,7 @@ from kathikon.executor import run_job, settle
 from kathikon.models import Job
 from kathikon.unique import ALL, UNSTARTED, Unique
 from tests import workers
+from tests.connections import another_session
 
 pytestmark = pytest.mark.django_db
 
@@ -287,11 +288,7 @@ def test_keys_freed_under_concurrency_let_exactly_one_new_job_in():
 
 @pytest.mark.django_db(transaction=True)
 def test_unique_inserts_wake_workers_only_when_a_job_was_inserted(postgres_only):
-    import psycopg
-
-    settings = connection.settings_dict
-    listener = psycopg.connect(host=settings["HOST"], port=settings["PORT"],
-                               user=settings["USER"], dbname=settings["NAME"], autocommit=True)
+    listener = another_session()
     try:
         listener.execute("LISTEN kathikon")
         kathikon.insert(workers.SyncAccount, {"account_id": 1}, queue="one")

@@ -237,7 +237,8 @@ class ExecutorPool:
         self._inbox.put([None] * threads)
 
     def _cpu_bound(self) -> bool:
-        """Did this process spend most of the time since the last hand-over on the CPU?"""
+        """Was this process on the CPU for more than ``CPU_BOUND`` of the time since the
+        last hand-over?"""
         wall, cpu = self.clock(), self.cpu_clock()
         since_wall, since_cpu = self._load_since
         self._load_since = (wall, cpu)

@@ -6,12 +6,12 @@ import datetime as dt
 import uuid
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 import kathikon
 from kathikon.models import Job
 from tests import workers
-from tests.connections import fresh_connection
+from tests.connections import another_session, fresh_connection
 
 TRICKY = {
     "tab": "a\tb", "newline": "a\nb", "backslash": "a\\b\\\\N", "quote": 'say "hi"',
@@ -60,13 +60,8 @@ def test_insert_many_scheduled_and_immediate_rows():
 
 @pytest.mark.django_db(transaction=True)
 def test_insert_many_notifies_each_queue_with_available_jobs_once_on_commit(postgres_only):
-    import psycopg
-
-    settings = connection.settings_dict
-    listener = psycopg.connect(host=settings["HOST"], port=settings["PORT"],
-                               user=settings["USER"], dbname=settings["NAME"], autocommit=True)
+    listener = _listener()
     try:
-        listener.execute("LISTEN kathikon")
         kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(1200)]
                              + [(workers.Succeed, {}, {"queue": "emails"})]
                              + [(workers.Succeed, {}, {"queue": "later", "schedule_in": 60})])
@@ -88,11 +83,7 @@ def insert_cursor(request, postgres_only):
 
 
 def _listener():
-    import psycopg
-
-    settings = connection.settings_dict
-    listener = psycopg.connect(host=settings["HOST"], port=settings["PORT"],
-                               user=settings["USER"], dbname=settings["NAME"], autocommit=True)
+    listener = another_session()
     listener.execute("LISTEN kathikon")
     return listener
 

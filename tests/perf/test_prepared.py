@@ -16,7 +16,7 @@ from django.test import override_settings
 import kathikon
 from kathikon.storage import acks, claims, prepared
 from tests import workers
-from tests.connections import fresh_connection
+from tests.connections import another_session, fresh_connection
 from tests.tcp_proxy import Proxy
 
 
@@ -47,19 +47,20 @@ def _job_path(times: int = 3) -> None:
             job.id for job in jobs}
 
 
-def _prepared(wrapper: Any) -> list[tuple[str, int]]:
-    """The statements prepared in ``wrapper``'s session, with how often each ran planned."""
+def _prepared(wrapper: Any) -> list[tuple[str, int, str]]:
+    """The statements prepared in ``wrapper``'s session: text, how often each ran planned,
+    and name."""
     with wrapper.cursor() as cursor:
-        cursor.execute("SELECT statement, generic_plans + custom_plans "
+        cursor.execute("SELECT statement, generic_plans + custom_plans, name "
                        "FROM pg_prepared_statements")
-        return [(text.strip(), runs) for text, runs in cursor.fetchall()]
+        return [(text.strip(), runs, name) for text, runs, name in cursor.fetchall()]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_job_path_runs_prepared_on_a_direct_connection(fresh):
     _job_path()
     # prepared once each, run three times
-    assert {_kind(text): runs for text, runs in _prepared(fresh)} == {
+    assert {_kind(text): runs for text, runs, _ in _prepared(fresh)} == {
         "insert": 3, "claim": 3, "ack": 3}
     assert prepared.prepares(fresh)
 
@@ -73,7 +74,7 @@ def test_the_applications_own_statements_stay_unprepared(fresh):
     for _ in range(10):  # psycopg's own threshold is 5: Django's None must still hold
         with Cursor(raw) as cursor:
             cursor.execute("SELECT %s::int + 41", [1])
-    assert not [text for text, _ in _prepared(fresh) if "41" in text]
+    assert not [text for text, _, _ in _prepared(fresh) if "41" in text]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -144,11 +145,7 @@ def test_behind_a_pooler_nothing_is_prepared_and_the_job_path_works(postgres_onl
 
 def _alter_from_another_session(sql: str) -> None:
     """What a deploy's migration does while workers and web processes keep their sessions."""
-    import psycopg
-
-    settings = connections["default"].settings_dict
-    with psycopg.connect(host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
-                         dbname=settings["NAME"], autocommit=True) as other:
+    with another_session() as other:
         other.execute(sql)
 
 
@@ -165,7 +162,8 @@ def test_a_column_changing_type_under_the_prepared_statements_changes_nothing(fr
             assert len(claims.claim_jobs("prep", 5, "node-a")) == 1
         # The failed claim dropped the session's plans; made anew since: the claim's retry
         # and the claim and insert in the transaction.
-        assert {_kind(text): runs for text, runs in _prepared(fresh)} == {"claim": 2, "insert": 1}
+        runs = {_kind(text): runs for text, runs, _ in _prepared(fresh)}
+        assert runs == {"claim": 2, "insert": 1}
     finally:
         _alter_from_another_session("ALTER TABLE kathikon_job ALTER COLUMN attempted_by "
                                     "TYPE varchar(255)")
@@ -179,7 +177,7 @@ def test_the_claims_generic_plan_fetches_its_jobs_by_primary_key(fresh):
     with fresh.cursor() as cursor:
         cursor.execute("ANALYZE kathikon_job")
     assert len(claims.claim_jobs("prep", 5, "node-a")) == 5
-    [(name, text)] = [row for row in _prepared_names(fresh) if _kind(row[1]) == "claim"]
+    [(text, _, name)] = [row for row in _prepared(fresh) if _kind(row[0]) == "claim"]
     values = {"state": "'running'", "attempted_by": "'node-a'", "queue": "'prep'", "LIMIT": "5"}
     found = dict(re.findall(r"(state|attempted_by|queue|LIMIT) =? ?\$(\d+)", text))
     arguments = ", ".join(values[found_by] for found_by, _ in sorted(
@@ -193,9 +191,3 @@ def test_the_claims_generic_plan_fetches_its_jobs_by_primary_key(fresh):
             cursor.execute("RESET plan_cache_mode")
     assert "Seq Scan" not in plan, plan
     assert "kathikon_job_pkey" in plan, plan
-
-
-def _prepared_names(wrapper: Any) -> list[tuple[str, str]]:
-    with wrapper.cursor() as cursor:
-        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
-        return cursor.fetchall()

@@ -19,6 +19,7 @@ import pytest
 from django.db import connection
 
 from kathikon.exceptions import NotMigrated
+from tests.connections import another_session
 from tests.runtime.conftest import MANAGE, ROOT, WorkerProcesses
 
 
@@ -31,12 +32,8 @@ def empty_database(tmp_path: Path) -> Iterator[str]:
         return
     name = f"kathikon_empty_{uuid.uuid4().hex[:12]}"
     if connection.vendor == "postgresql":
-        import psycopg
-
         def run(sql: str) -> None:
-            with psycopg.connect(host=settings["HOST"], port=settings["PORT"] or 5432,
-                                 user=settings["USER"], password=settings["PASSWORD"] or None,
-                                 dbname="postgres", autocommit=True) as admin:
+            with another_session(dbname="postgres") as admin:
                 admin.execute(sql)
 
         run(f'CREATE DATABASE "{name}"')
