@@ -47,12 +47,20 @@ class Acked:
 
 _KEY = key_after_sql(JobState.COMPLETED, "j")  # frees unique keys not held once completed
 
+# The fence's state test is written ``(j.state || '') IN (…)``: the same test, but one that
+# cannot use kathikon_job_executing (whose condition is ``state IN ('claimed', 'running')``),
+# so each acked job is found by its primary key. With the plain test PostgreSQL hashes every
+# executing job of every node for each batch: the statistics of the last ANALYZE, taken while
+# nothing ran, make that index look empty, and its dead entries grow with every claim (6.0
+# instead of 3.4 ms for 67 jobs among 1,200 executing ones).
+_EXECUTING = "(j.state || '') IN ('claimed', 'running')"
+
 _PG_COMPLETE = f"""
 UPDATE kathikon_job AS j
 SET state = 'completed', completed_at = %s, result = v.result::jsonb,
     unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[], %s::text[]) AS v(id, lease, result)
-WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
+WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING}
 RETURNING j.id::text
 """
 
@@ -60,7 +68,7 @@ _PG_COMPLETE_NO_RESULT = f"""
 UPDATE kathikon_job AS j
 SET state = 'completed', completed_at = %s, result = NULL, unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[]) AS v(id, lease)
-WHERE j.id = v.id AND j.lease = v.lease AND j.state IN ('claimed', 'running')
+WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING}
 RETURNING j.id::text
 """
 
