@@ -48,7 +48,8 @@ def claim_suspect(queues: Sequence[str], node: str) -> Job | None:
     using = vendor.alias()
     now = vendor.now()
     with vendor.atomic():
-        candidates = _due(queues).order_by("-priority", "available_at")
+        # The id breaks ties: a crash rescues all its jobs with one available_at.
+        candidates = _due(queues).order_by("-priority", "available_at", "id")
         if vendor.vendor() != "sqlite":
             candidates = candidates.select_for_update(skip_locked=True)
         job = candidates.first()

@@ -74,7 +74,9 @@ def test_four_hundred_jobs_over_twenty_accounts_one_at_a_time_each(worker_proces
     rate = throughput(rows)
     print(f"20 accounts x 1, {seconds}s jobs: {rate:.1f} jobs/s (ideal {20 / seconds:.0f})")
     assert max_overlap([(start, end) for _, _, start, end in rows]) >= 15  # in parallel
-    assert rate >= 0.6 * 20 / seconds
+    # Half the ideal rate on a loaded 2-core box; one account at a time across the queue
+    # (the failure this guards against) would give 1/20 of it.
+    assert rate >= 0.5 * 20 / seconds
 
 
 def test_five_per_second_per_api_key_over_three_processes(worker_processes: Any,
