@@ -19,11 +19,10 @@ from kathikon.ids import parse_id
 from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import prepared, vendor
+from kathikon.storage.fragments import CLAIMABLE_SQL
 from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, fetch_jobs, jobs_from_rows
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
-
-_CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
 
 # The picked ids go to the UPDATE as an array (``= ANY(ARRAY(…))``): the planner then
 # always fetches them by primary key. The claim is a prepared statement
@@ -36,7 +35,7 @@ SET state = %(into)s, attempts = j.attempts + 1, started_at = {{now}},
     attempted_by = %(node)s, lease = j.lease + 1, unique_key = {{key}}
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM kathikon_job
-    WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= {{now}}
+    WHERE queue = %(queue)s AND state IN ({CLAIMABLE_SQL}) AND available_at <= {{now}}
       AND NOT suspect
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %(queue)s AND paused)
     ORDER BY priority DESC, available_at
@@ -60,7 +59,7 @@ WHERE id IN (
 RETURNING id
 """
 _SQLITE_CLAIMS: dict[str, str] = {
-    into: _SQLITE_CLAIM_SQL.format(key=key_after_sql(into), claimable=_CLAIMABLE_SQL)
+    into: _SQLITE_CLAIM_SQL.format(key=key_after_sql(into), claimable=CLAIMABLE_SQL)
     for into in EXECUTING_STATES}
 _SQLITE_CLAIM = _SQLITE_CLAIMS[JobState.RUNNING]
 

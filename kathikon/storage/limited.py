@@ -34,12 +34,11 @@ from kathikon.limits import Limits
 from kathikon.models import Job, Queue, RateWindow
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
+from kathikon.storage.fragments import CLAIMABLE_SQL, EXECUTING_SQL
 from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
-_CLAIMABLE_SQL = ", ".join(f"'{s}'" for s in CLAIMABLE_STATES)
-_EXECUTING_SQL = ", ".join(f"'{s}'" for s in EXECUTING_STATES)
 CANDIDATES = 1000  # due jobs ranked per partitioned claim (full partitions excluded first)
 
 
@@ -141,11 +140,11 @@ def _claim_locked(row: Queue, limit: int, node: str, limits: Limits, into: str,
 _PG_LOCK = ("SELECT paused, rate_window, rate_count, clock_timestamp() FROM kathikon_queue "
             "WHERE name = %s FOR UPDATE")
 _PG_EXECUTING = (f"SELECT count(*) FROM kathikon_job WHERE queue = %s "
-                 f"AND state IN ({_EXECUTING_SQL})")
+                 f"AND state IN ({EXECUTING_SQL})")
 _PG_CLAIM = f"""
 WITH picked AS (
     SELECT id FROM kathikon_job
-    WHERE queue = %(queue)s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %(now)s
+    WHERE queue = %(queue)s AND state IN ({CLAIMABLE_SQL}) AND available_at <= %(now)s
       AND NOT suspect
     ORDER BY priority DESC, available_at
     LIMIT %(budget)s
@@ -227,7 +226,7 @@ def partition_use(queue: str, limits: Limits) -> dict[str, int]:
     if not limits.key_by:
         return {}
     sql = (f"SELECT {_partition_sql(limits)}, COUNT(*) FROM kathikon_job "
-           f"WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY 1")
+           f"WHERE queue = %s AND state IN ({EXECUTING_SQL}) GROUP BY 1")
     with vendor.connection().cursor() as cursor:
         cursor.execute(sql, [queue])
         return {str(key): int(count) for key, count in cursor.fetchall()}
@@ -343,17 +342,17 @@ def _rank_partitions(queue: str, budget: int, limits: Limits, clock: dt.datetime
         SELECT id, priority, available_at, p,
                ROW_NUMBER() OVER (PARTITION BY p ORDER BY priority DESC, available_at) AS rn
         FROM (SELECT id, priority, available_at, {part} AS p FROM kathikon_job
-              WHERE queue = %s AND state IN ({_CLAIMABLE_SQL}) AND available_at <= %s
+              WHERE queue = %s AND state IN ({CLAIMABLE_SQL}) AND available_at <= %s
                 AND NOT suspect AND {part} NOT IN (
                     SELECT {part} FROM kathikon_job
-                    WHERE queue = %s AND state IN ({_EXECUTING_SQL})
+                    WHERE queue = %s AND state IN ({EXECUTING_SQL})
                     GROUP BY {part} HAVING COUNT(*) >= %s)
                 {rate_full}
               ORDER BY priority DESC, available_at
               LIMIT {CANDIDATES}) AS due
     ) AS c
     LEFT JOIN (SELECT {part} AS p, COUNT(*) AS n FROM kathikon_job
-               WHERE queue = %s AND state IN ({_EXECUTING_SQL}) GROUP BY {part}) AS r
+               WHERE queue = %s AND state IN ({EXECUTING_SQL}) GROUP BY {part}) AS r
       ON r.p = c.p
     {rate_join}
     ORDER BY c.priority DESC, c.available_at

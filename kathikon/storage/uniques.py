@@ -31,14 +31,14 @@ from kathikon.models import Job
 from kathikon.states import JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.errors import lost_a_race
+from kathikon.storage.fragments import states_sql
 from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
 from kathikon.unique import STATE_BITS
 
 COLUMNS = ("id, queue, worker, args, state, priority, max_attempts, scheduled_at, "
            "available_at, inserted_at, meta, batch_id, parent_job_id, cron_id, unique_key, "
            "unique_states, attempts, errors, attempted_by, lease")
-_REPLACE_WHEN = ", ".join(f"'{s}'" for s in (JobState.SCHEDULED, JobState.AVAILABLE,
-                                             JobState.RETRYABLE))
+_REPLACE_WHEN = states_sql((JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE))
 _CONFLICT = "ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL"
 _ATTEMPTS = 5  # a key freed between the clash and the read: insert again (rare)
 _DEADLOCK_RETRIES = 20
