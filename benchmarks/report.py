@@ -130,6 +130,20 @@ def _rss(r: dict[str, Any]) -> str:
             f"({growth:+.1%} over {_count(large.get('completed'))} jobs)")
 
 
+def _cores(r: dict[str, Any]) -> str:
+    """Cores busy in each drain, and what that leaves a second process.
+
+    With one process already keeping ``c1`` of ``n`` cores busy (itself and the
+    database, on one machine), two cannot drain more than ``n / c1`` times as fast.
+    """
+    one, two = _get(r, "drain", "p1", "cores_busy"), _get(r, "drain", "p2", "cores_busy")
+    if one is None or two is None:
+        return "-"
+    cores = os.cpu_count() or 1
+    return (f"{one:.2f} / {two:.2f} of {cores}: 2 processes can reach at most "
+            f"{cores / one:.2f}x of 1 here")
+
+
 ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("insert, 1 job per transaction (jobs/s)",
      lambda r: f"{_rate(_get(r, 'enqueue', 'rate'))} (N={_count(_get(r, 'enqueue', 'n'))})"),
@@ -148,6 +162,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
      f"{_get(r, 'drain', 'p1', 'worker_cpu_us_per_job'):,.0f} / "
      + ("n/a" if _get(r, "drain", "p1", "db_cpu_us_per_job") is None
         else f"{_get(r, 'drain', 'p1', 'db_cpu_us_per_job'):,.0f}")),
+    ("cores busy during the drain, 1 / 2 processes (of the machine's)", _cores),
     ("pickup latency, idle worker, p50 / p95 / max (ms)",
      lambda r: f"{_ms(_get(r, 'latency', 'p50'))} / {_ms(_get(r, 'latency', 'p95'))} / "
                f"{_ms(_get(r, 'latency', 'max'))} (N={_get(r, 'latency', 'n')})"),

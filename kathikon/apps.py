@@ -1,4 +1,4 @@
-"""Django app config: ``ready()`` imports the checks and signal receivers only."""
+"""Django app config: ``ready()`` registers the checks and loads the enqueue path."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ class KathikonConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from kathikon import checks  # noqa: F401  (registers the system checks)
+        # checks registers the system checks. api: the enqueue path (``kathikon.insert`` →
+        # storage) loads with the app, not inside the first request or task that enqueues;
+        # that import costs ~15 ms, and ~50 ms where no bytecode cache can be written
+        # (PYTHONDONTWRITEBYTECODE, read-only images). ``import kathikon`` alone stays
+        # light (see kathikon/__init__.py).
+        from kathikon import api, checks  # noqa: F401
 
     def build_job(self, worker: Any, args: Any, options: dict[str, Any]) -> Job:
         """``Job.build``: the spec builder's unsaved job (``InvalidJob`` names a bad key)."""
