@@ -122,14 +122,13 @@ def tree_cpu_seconds(pids: list[int]) -> float:
     return sum(cpu_seconds(p) for pid in pids for p in tree(pid))
 
 
-def machine_cpu_seconds() -> tuple[float, float]:
-    """(busy, all) CPU seconds of the whole machine so far, summed over its cores.
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy so far, summed over its cores.
 
-    Busy is everything but idle and iowait: the drains read it to tell how many
-    cores one worker process and its database keep busy, which bounds what a
-    second process on the same machine can add.
+    Busy is everything but idle and iowait. Over a wall-clock interval it says how
+    many cores a drain kept busy (the workers, their database and everyone else),
+    which bounds what a second worker process on the same machine can add.
     """
     with open("/proc/stat") as fh:
         ticks = [int(value) for value in fh.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]
-    return (sum(ticks) - idle) / _TICK, sum(ticks) / _TICK
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICK

@@ -137,9 +137,9 @@ def _cores(r: dict[str, Any]) -> str:
     database, on one machine), two cannot drain more than ``n / c1`` times as fast.
     """
     one, two = _get(r, "drain", "p1", "cores_busy"), _get(r, "drain", "p2", "cores_busy")
-    if one is None or two is None:
+    cores = _get(r, "drain", "p1", "cores")
+    if one is None or two is None or cores is None:
         return "-"
-    cores = os.cpu_count() or 1
     return (f"{one:.2f} / {two:.2f} of {cores}: 2 processes can reach at most "
             f"{cores / one:.2f}x of 1 here")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs
-from benchmarks.procs import Workers, machine_cpu_seconds, tree_cpu_seconds, tree_rss_kib
+from benchmarks.procs import Workers, machine_busy_seconds, tree_cpu_seconds, tree_rss_kib
 
 PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "flow")
 
@@ -169,8 +169,8 @@ def _drain(n: int, procs: int, size: dict[str, Any], progress: Progress, log_dir
         dbs.settle_table()
     started = time.monotonic()
     remaining = n
-    # (pending, worker CPU, backend CPU, machine busy and all CPU)
-    cpu_first: tuple[int, float, float, tuple[float, float]] | None = None
+    # (pending, worker CPU, backend CPU, the machine's busy CPU, when)
+    cpu_first: tuple[int, float, float, float, float] | None = None
     with Workers(procs, log_dir) as workers:
         while remaining > 0 and time.monotonic() - started < size["drain_timeout"]:
             time.sleep(0.2)
@@ -178,10 +178,10 @@ def _drain(n: int, procs: int, size: dict[str, Any], progress: Progress, log_dir
             remaining = dbs.count_pending()
             if cpu_first is None and remaining < n:
                 cpu_first = (remaining, tree_cpu_seconds(workers.pids), dbs.backend_cpu(),
-                             machine_cpu_seconds())
+                             machine_busy_seconds(), time.monotonic())
             progress(f"{label}: {n - remaining:,}/{n:,} done")
         cpu_last = (remaining, tree_cpu_seconds(workers.pids), dbs.backend_cpu(),
-                    machine_cpu_seconds())
+                    machine_busy_seconds(), time.monotonic())
         wall = time.monotonic() - started
     count, span = dbs.completion_stats()
     rate = (count - 1) / span if span > 0 else 0.0
@@ -192,16 +192,16 @@ def _drain(n: int, procs: int, size: dict[str, Any], progress: Progress, log_dir
         cpu = {"worker_cpu_us_per_job": (cpu_last[1] - cpu_first[1]) / jobs * 1e6}
         if dbs.vendor_of_connection() == "postgres":  # a server process per connection
             cpu["db_cpu_us_per_job"] = (cpu_last[2] - cpu_first[2]) / jobs * 1e6
-        busy, every = (last - first for last, first in zip(cpu_last[3], cpu_first[3], strict=True))
-        if every > 0:  # cores kept busy, of os.cpu_count(): the database's and everyone's
-            cpu["cores_busy"] = busy / every * (os.cpu_count() or 1)
+        # cores kept busy meanwhile (the database's and everyone's), of the machine's
+        cpu["cores_busy"] = (cpu_last[3] - cpu_first[3]) / (cpu_last[4] - cpu_first[4])
+        cpu["cores"] = os.cpu_count() or 1
     cpu_text = ""
     if cpu:
         cpu_text = f"; CPU/job: worker {cpu['worker_cpu_us_per_job']:.0f} us"
         if "db_cpu_us_per_job" in cpu:
             cpu_text += f", database {cpu['db_cpu_us_per_job']:.0f} us"
     if "cores_busy" in cpu:
-        cpu_text += f"; {cpu['cores_busy']:.2f} of {os.cpu_count()} cores busy"
+        cpu_text += f"; {cpu['cores_busy']:.2f} of {cpu['cores']} cores busy"
     progress(f"{label}: {rate:,.0f} jobs/s steady state ({count:,} jobs, wall {wall:.1f} s"
              f"{', TIMED OUT' if timed_out else ''}){cpu_text}", final=True)
     return {"n": n, "processes": procs, "completed": count, "rate": rate, "wall": wall,

@@ -1,6 +1,6 @@
 """kathikon.apps: the enqueue path loads with the app, and ``import kathikon`` stays light.
 
-Each check runs in a fresh interpreter: this test process imported everything long ago.
+Both read one fresh interpreter's modules: this test process imported everything long ago.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +26,8 @@ print(json.dumps({"before": before, "after": after}))
 """
 
 
-def _modules() -> dict[str, list[str]]:
+@pytest.fixture(scope="module")
+def modules() -> dict[str, list[str]]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings",
            "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env,
@@ -33,14 +36,14 @@ def _modules() -> dict[str, list[str]]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_setup_loads_the_insert_path_so_the_first_enqueue_does_not():
-    after = _modules()["after"]
+def test_setup_loads_the_insert_path_so_the_first_enqueue_does_not(modules):
+    after = modules["after"]
     for module in ("kathikon.api", "kathikon.jobspec", "kathikon.storage.inserts",
                    "kathikon.storage.prepared"):
         assert module in after
 
 
-def test_import_kathikon_alone_touches_neither_models_nor_storage():
-    before = _modules()["before"]
+def test_import_kathikon_alone_touches_neither_models_nor_storage(modules):
+    before = modules["before"]
     assert "kathikon.models" not in before
     assert not [m for m in before if m.startswith("kathikon.storage")]
