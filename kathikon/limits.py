@@ -22,6 +22,9 @@ from typing import Any
 from kathikon.exceptions import InvalidQueue
 
 LIMIT_KEYS = ("global_limit", "partition", "rate_limit")
+#: The largest limit: what an integer column (the queue's rate count) holds and every
+#: database binds in the claim (SQLite refuses integers past 64 bits).
+MAX_LIMIT = 2**31 - 1
 _ARG_KEY = re.compile(r"\Aargs\.[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
@@ -67,8 +70,9 @@ class Limits:
 def parse(options: dict[str, Any]) -> Limits:
     """``Limits`` from a queue's options; ``InvalidQueue`` saying what is wrong."""
     global_limit = options.get("global_limit")
-    if global_limit is not None and not _positive_int(global_limit):
-        raise InvalidQueue(f"global_limit must be an int >= 1 or None, not {global_limit!r}")
+    if global_limit is not None and not _count(global_limit):
+        raise InvalidQueue(f"global_limit must be an int in 1..{MAX_LIMIT} or None, "
+                           f"not {global_limit!r}")
     partition = options.get("partition")
     by = limit = None
     if partition is not None:
@@ -79,8 +83,8 @@ def parse(options: dict[str, Any]) -> Limits:
         if not _key_by(by):
             raise InvalidQueue(f"partition by must be 'worker' or 'args.<key>' (a name of "
                                f"letters, digits and '_'), not {by!r}")
-        if not _positive_int(limit):
-            raise InvalidQueue(f"partition limit must be an int >= 1, not {limit!r}")
+        if not _count(limit):
+            raise InvalidQueue(f"partition limit must be an int in 1..{MAX_LIMIT}, not {limit!r}")
     rate = options.get("rate_limit")
     allowed = period = rate_by = None
     if rate is not None:
@@ -95,8 +99,9 @@ def parse(options: dict[str, Any]) -> Limits:
             raise InvalidQueue(f"rate_limit by {rate_by!r} and partition by {by!r} differ: a "
                                "queue has one partition key")
         allowed, period = rate.get("allowed"), rate.get("period", 1)
-        if not _positive_int(allowed):
-            raise InvalidQueue(f"rate_limit allowed must be an int >= 1, not {allowed!r}")
+        if not _count(allowed):
+            raise InvalidQueue(f"rate_limit allowed must be an int in 1..{MAX_LIMIT}, "
+                               f"not {allowed!r}")
         if (isinstance(period, bool) or not isinstance(period, (int, float))
                 or not math.isfinite(period) or period < 0.01 or period > 86400):
             raise InvalidQueue(f"rate_limit period must be seconds in 0.01..86400, "
@@ -117,5 +122,5 @@ def _key_by(value: Any) -> bool:
     return value == "worker" or (isinstance(value, str) and bool(_ARG_KEY.match(value)))
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LIMIT

@@ -10,7 +10,7 @@ from django.utils import timezone
 import kathikon
 from kathikon import storage
 from kathikon.executor import run_job, settle
-from kathikon.limits import Limits, merged, parse
+from kathikon.limits import MAX_LIMIT, Limits, merged, parse
 from kathikon.models import Job
 from kathikon.storage.limited import claim_limited_jobs, queue_usage, window_start
 from tests import workers
@@ -126,10 +126,24 @@ def test_a_limited_claim_frees_unique_keys_like_the_plain_one():
     ({"rate_limit": {"allowed": 0, "period": 1}}, "allowed"),
     ({"rate_limit": {"allowed": 1, "period": 0}}, "period"),
     ({"rate_limit": {"allowed": 1, "every": 1}}, "rate_limit must be"),
+    # Past what a column holds or SQLite binds (OverflowError in every claim): refused alike.
+    ({"global_limit": 2**31}, "global_limit must be an int in 1..2147483647"),
+    ({"global_limit": 2**63}, "global_limit"),
+    ({"global_limit": 10**400}, "global_limit"),
+    ({"partition": {"by": "worker", "limit": 10**30}}, "partition limit"),
+    ({"rate_limit": {"allowed": 10**30, "period": 1}}, "allowed"),
 ])
 def test_bad_limits_are_typed_errors(options, message):
     with pytest.raises(kathikon.InvalidQueue, match=message):
         parse(options)
+
+
+def test_the_largest_limits_are_accepted():
+    limits = parse({"global_limit": MAX_LIMIT, "partition": {"by": "worker", "limit": MAX_LIMIT},
+                    "rate_limit": {"allowed": MAX_LIMIT, "period": 1}})
+    assert limits.global_limit == limits.partition_limit == limits.rate_allowed == 2**31 - 1
+    _insert(2)
+    assert len(claim_limited_jobs("default", 10, "n1", limits).jobs) == 2  # every database binds it
 
 
 def test_settings_are_checked_and_a_row_overrides_them_key_by_key(settings):
@@ -139,6 +153,10 @@ def test_settings_are_checked_and_a_row_overrides_them_key_by_key(settings):
     assert [p.id for p in conf.load().problems] == ["kathikon.E003"]
     settings.KATHIKON = {"QUEUES": {"q": {"concurrency": 2, "colour": 1}}}
     assert [p.id for p in conf.load().problems] == ["kathikon.E003"]
+    settings.KATHIKON = {"QUEUES": {"q": {"partition": {"by": "worker", "limit": 10**30}}}}
+    [problem] = conf.load().problems
+    assert problem.id == "kathikon.E003" and "1..2147483647" in problem.message
+    assert "flow-control" in problem.hint
     base = {"global_limit": 3, "rate_limit": {"allowed": 10, "period": 1}}
     assert merged(base, {"global_limit": 5}) == Limits(global_limit=5, rate_allowed=10,
                                                         rate_period=1.0)

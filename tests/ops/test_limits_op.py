@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from io import StringIO
 from typing import Any
 
@@ -46,7 +47,10 @@ def test_set_queue_limits_persists_an_override_key_by_key_and_reset_drops_it():
 
 
 @pytest.mark.parametrize("limits", [{"global_limit": -1}, {"colour": 1},
-                                    {"partition": {"by": "args.a b"}}])
+                                    {"partition": {"by": "args.a b"}},
+                                    {"global_limit": 2**63}, {"global_limit": 10**400},
+                                    {"partition": {"by": "worker", "limit": 10**30}},
+                                    {"rate_limit": {"allowed": 10**30, "period": 60}}])
 def test_bad_limits_change_nothing(limits: dict[str, Any]):
     kathikon.set_queue_limits("default", global_limit=2)
     with pytest.raises(kathikon.InvalidQueue):
@@ -88,6 +92,10 @@ def test_ops_limits_command_sets_and_prints_the_effective_limits():
     assert data["limits"]["rate_limit"] == {"allowed": 60, "period": 60.0}
     with pytest.raises(CommandError, match="global_limit"):
         ops("limits", "default", "--global-limit", "0")
+    for option, value in (("--global-limit", str(2**31)), ("--partition", f"worker:{10**30}"),
+                          ("--rate", f"{10**30}/60")):
+        with pytest.raises(CommandError, match=r"1\.\.2147483647"):
+            ops("limits", "default", option, value)
     with override_settings(KATHIKON={"ALLOW_DESTRUCTIVE_ACTIONS": False}), \
             pytest.raises(CommandError):
         ops("limits", "default", "--reset")
@@ -102,6 +110,12 @@ def test_admin_lists_limits_and_validates_the_override(admin_client_op):
     response = admin_client_op.post(url, {"name": "default", "concurrency": "",
                                           "limits": '{"global_limit": 0}'})
     assert response.status_code == 200 and "global_limit must be" in response.content.decode()
+    for limits in (json.dumps({"partition": {"by": "worker", "limit": 10**30}}),
+                   json.dumps({"rate_limit": {"allowed": 10**30, "period": 60}})):
+        response = admin_client_op.post(url, {"name": "default", "concurrency": "",
+                                              "limits": limits})
+        assert response.status_code == 200 and "1..2147483647" in response.content.decode()
+    assert Queue.objects.get(name="default").limits == {"global_limit": 3}
     response = admin_client_op.post(url, {"name": "default", "concurrency": "",
                                           "limits": '{"global_limit": 5}'})
     assert response.status_code == 302
@@ -117,6 +131,25 @@ def test_workers_pick_up_a_changed_limit_at_their_refresh():
     kathikon.set_queue_limits("default", reset=True)
     worker._refresh_queues()
     assert not worker.dispatchers["default"].limits
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bad_limit_stored_before_validation_is_ignored_and_the_queue_runs(caplog):
+    """A row written before limits were bounded: the worker logs it and uses the settings
+    (on SQLite every claim failed with OverflowError and the jobs stayed available)."""
+    Queue.objects.create(name="default", limits={"partition": {"by": "worker",
+                                                               "limit": 10**30}})
+    job = kathikon.insert(workers.Succeed, {})
+    process = WorkerProcess(node="n1", queues={"default": 2}, burst=True,
+                            handle_signals=False, services=(), poll_interval=0.1)
+    thread = threading.Thread(target=process.run, daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():  # a wedged claim: stop it so the test fails rather than hangs
+        process.stop()
+        thread.join(10)
+    assert kathikon.fetch(job.id).state == "completed"
+    assert "ignoring the stored limits" in caplog.text and "1..2147483647" in caplog.text
 
 
 def test_held_claims_are_signalled_aggregated():
