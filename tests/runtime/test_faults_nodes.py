@@ -166,7 +166,9 @@ def test_a_frozen_worker_whose_name_was_taken_over_stops_and_leaves_the_new_one_
     log = tmp_path / "executions.log"
     frozen = worker_processes.start("--node", "same", settings=SETTINGS)
     frozen.wait_for_log("kathikon worker same running", timeout=30)
-    frozen.signal(signal.SIGSTOP)
+    # The whole group, as a paused VM or container would be: a worker stopped alone is
+    # killed by its watchdog (test_frozen_processes.py), which this test is not about.
+    frozen.signal_group(signal.SIGSTOP)
     try:
         wait_until(lambda: (storage.db_now() - Node.objects.get(name="same").heartbeat_at)
                    .total_seconds() > SETTINGS["RESCUE_AFTER"] + 0.5, timeout=20,
@@ -177,7 +179,7 @@ def test_a_frozen_worker_whose_name_was_taken_over_stops_and_leaves_the_new_one_
         wait_until(lambda: sum(1 for r in executions(log) if r[3] == "start") >= 4,
                    timeout=20, message="the heir to start jobs")
     finally:
-        frozen.signal(signal.SIGCONT)
+        frozen.signal_group(signal.SIGCONT)
     # Awake, the old process learns from its heartbeat that the name is taken, and stops;
     # its shutdown marks nothing, so the heir's running jobs are not rescued.
     assert frozen.wait(timeout=30) == 1
