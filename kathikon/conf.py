@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from kathikon.exceptions import InvalidQueue
+from kathikon.exceptions import InvalidQueue, shown
 from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import parse as parse_limits
 
@@ -23,6 +23,9 @@ QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,63}\Z")  # \Z: "default\n" is no qu
 # Jobs one node runs at once in one queue (each is an executor slot): settings, --queues
 # and the admin's override all stop here; beyond it, run more processes or nodes.
 MAX_CONCURRENCY = 1000
+#: The longest duration a setting takes (about a century): a longer one overflows the OS's
+#: timers (``threading.TIMEOUT_MAX``) or date arithmetic (``now - RETENTION_PERIOD``).
+MAX_SECONDS = 100 * 365 * 86400
 
 TASKS_BACKEND = "kathikon.backends.KathikonBackend"
 
@@ -84,22 +87,23 @@ def _problems(raw: Any) -> list[Problem]:
     values = {**DEFAULTS, **raw}
     found += _queue_problems(values["QUEUES"])
     for key in POSITIVE_NUMBERS:
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            found.append(Problem("kathikon.E004", f"KATHIKON[{key!r}] must be a number > 0, "
-                                 f"not {value!r}.", "Give a duration in seconds."))
+        if not _duration(values[key]) or not values[key] > 0:
+            found.append(Problem("kathikon.E004", f"KATHIKON[{key!r}] must be a number of "
+                                 f"seconds > 0 and at most {MAX_SECONDS} (about 100 years), "
+                                 f"not {shown(values[key])}.", "Give a duration in seconds."))
     grace = values["SHUTDOWN_GRACE_PERIOD"]
-    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+    if not _duration(grace):
         found.append(Problem("kathikon.E004", "KATHIKON['SHUTDOWN_GRACE_PERIOD'] must be a "
-                             f"number >= 0, not {grace!r}.", "Give a duration in seconds."))
+                             f"number of seconds from 0 to {MAX_SECONDS} (about 100 years), "
+                             f"not {shown(grace)}.", "Give a duration in seconds."))
     attempts = values["MAX_ATTEMPTS"]
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts < 2**31:
         found.append(Problem("kathikon.E005", "KATHIKON['MAX_ATTEMPTS'] must be an int in "
                              f"1..{2**31 - 1}, "
-                             f"not {attempts!r}.", "Use 1 to never retry."))
+                             f"not {shown(attempts)}.", "Use 1 to never retry."))
     if values["RESULT_STORAGE"] not in ("store", "discard"):
         found.append(Problem("kathikon.E006", "KATHIKON['RESULT_STORAGE'] must be 'store' or "
-                             f"'discard', not {values['RESULT_STORAGE']!r}.",
+                             f"'discard', not {shown(values['RESULT_STORAGE'])}.",
                              "'discard' keeps no return values."))
     found += _timezone_problems(values["TIMEZONE"])
     if not isinstance(values["DATABASE"], str):
@@ -108,21 +112,18 @@ def _problems(raw: Any) -> list[Problem]:
     if values["LISTEN_DATABASE"] is not None and not isinstance(values["LISTEN_DATABASE"], str):
         found.append(Problem("kathikon.E008", "KATHIKON['LISTEN_DATABASE'] must be a database "
                              "alias or None.", "Name a key of settings.DATABASES."))
-    if values["RESCUE_AFTER"] is not None and values["HEARTBEAT_INTERVAL"] is not None:
-        try:
-            if values["RESCUE_AFTER"] <= values["HEARTBEAT_INTERVAL"]:
-                found.append(Problem(
-                    "kathikon.E009", "KATHIKON['RESCUE_AFTER'] must be longer than "
-                    "HEARTBEAT_INTERVAL, or live nodes would be rescued.",
-                    "Use at least 3 heartbeats, e.g. RESCUE_AFTER = 60, HEARTBEAT_INTERVAL = 5."))
-        except TypeError:
-            pass  # already reported as a wrong type
+    rescue, heartbeat = values["RESCUE_AFTER"], values["HEARTBEAT_INTERVAL"]
+    if _duration(rescue) and _duration(heartbeat) and rescue <= heartbeat:
+        found.append(Problem(
+            "kathikon.E009", "KATHIKON['RESCUE_AFTER'] must be longer than "
+            "HEARTBEAT_INTERVAL, or live nodes would be rescued.",
+            "Use at least 3 heartbeats, e.g. RESCUE_AFTER = 60, HEARTBEAT_INTERVAL = 5."))
     if not isinstance(values["CRON"], (list, tuple)):
         found.append(Problem("kathikon.E010", "KATHIKON['CRON'] must be a list of dicts.",
                              "See docs/cron.md for static schedules."))
     if values["TESTING_MODE"] not in (None, "inline", "manual"):
         found.append(Problem("kathikon.E011", "KATHIKON['TESTING_MODE'] must be None, 'inline' "
-                             f"or 'manual', not {values['TESTING_MODE']!r}.",
+                             f"or 'manual', not {shown(values['TESTING_MODE'])}.",
                              "See docs/testing.md."))
     if not isinstance(values["ALLOW_DESTRUCTIVE_ACTIONS"], bool):
         found.append(Problem("kathikon.E012", "KATHIKON['ALLOW_DESTRUCTIVE_ACTIONS'] must be "
@@ -133,6 +134,12 @@ def _problems(raw: Any) -> list[Problem]:
     return found
 
 
+def _duration(value: Any) -> bool:
+    """A number of seconds in ``0..MAX_SECONDS`` (not NaN, not infinite, not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and 0 <= value <= MAX_SECONDS)
+
+
 def _queue_problems(queues: Any) -> list[Problem]:
     if not isinstance(queues, dict) or not queues:
         return [Problem("kathikon.E003", "KATHIKON['QUEUES'] must be a non-empty dict of "
@@ -140,7 +147,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
     found = []
     for name, options in queues.items():
         if not isinstance(name, str) or not QUEUE_NAME.match(name):
-            found.append(Problem("kathikon.E003", f"Bad queue name {name!r}.",
+            found.append(Problem("kathikon.E003", f"Bad queue name {shown(name)}.",
                                  "Use letters, digits, '_', '-' and '.', at most 63."))
             continue
         if not isinstance(options, dict) or set(options) - {"concurrency", *LIMIT_KEYS}:
@@ -158,7 +165,7 @@ def _queue_problems(queues: Any) -> list[Problem]:
         if (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                 or not 1 <= concurrency <= MAX_CONCURRENCY):
             found.append(Problem("kathikon.E003", f"Queue {name!r}: concurrency must be an int "
-                                 f"from 1 to {MAX_CONCURRENCY}, not {concurrency!r}.",
+                                 f"from 1 to {MAX_CONCURRENCY}, not {shown(concurrency)}.",
                                  "Pause a queue instead of 0; run more worker processes "
                                  "instead of a larger number."))
     return found
@@ -169,8 +176,9 @@ def _timezone_problems(tz: Any) -> list[Problem]:
         return []
     try:
         zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
-        return [Problem("kathikon.E007", f"KATHIKON['TIMEZONE'] {tz!r} is not an IANA "
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        # OSError: a name too long for a file name, or a directory ("Europe").
+        return [Problem("kathikon.E007", f"KATHIKON['TIMEZONE'] {shown(tz)} is not an IANA "
                         "timezone.", "Example: 'Europe/Berlin'; None uses settings.TIME_ZONE.")]
     return []
 

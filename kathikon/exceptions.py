@@ -134,3 +134,17 @@ def error_kind(exc_type: type[BaseException]) -> str:
 def read_kind(kind: str) -> str:
     """A stored ``kind`` as recorded today (rows written by older versions included)."""
     return LEGACY_KINDS.get(kind, kind)
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, even of an int too long to print.
+
+    Python refuses to print an int of more than 4300 digits (``ValueError``), so a
+    hostile ``10**5000`` would escape validation as that error instead of the typed one.
+    """
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an int of {value.bit_length()} bits"
+    try:
+        return repr(value)
+    except ValueError:  # such an int inside a dict or a list
+        return f"a {type(value).__name__} holding an int too long to show"

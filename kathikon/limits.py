@@ -14,12 +14,11 @@ validation only.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from kathikon.exceptions import InvalidQueue
+from kathikon.exceptions import InvalidQueue, shown
 
 LIMIT_KEYS = ("global_limit", "partition", "rate_limit")
 #: The largest limit: what an integer column (the queue's rate count) holds and every
@@ -72,40 +71,42 @@ def parse(options: dict[str, Any]) -> Limits:
     global_limit = options.get("global_limit")
     if global_limit is not None and not _count(global_limit):
         raise InvalidQueue(f"global_limit must be an int in 1..{MAX_LIMIT} or None, "
-                           f"not {global_limit!r}")
+                           f"not {shown(global_limit)}")
     partition = options.get("partition")
     by = limit = None
     if partition is not None:
         if not isinstance(partition, dict) or set(partition) - {"by", "limit"}:
             raise InvalidQueue('partition must be {"by": "worker" or "args.<key>", '
-                               f'"limit": n}}, not {partition!r}')
+                               f'"limit": n}}, not {shown(partition)}')
         by, limit = partition.get("by"), partition.get("limit", 1)
         if not _key_by(by):
             raise InvalidQueue(f"partition by must be 'worker' or 'args.<key>' (a name of "
-                               f"letters, digits and '_'), not {by!r}")
+                               f"letters, digits and '_'), not {shown(by)}")
         if not _count(limit):
-            raise InvalidQueue(f"partition limit must be an int in 1..{MAX_LIMIT}, not {limit!r}")
+            raise InvalidQueue(f"partition limit must be an int in 1..{MAX_LIMIT}, "
+                               f"not {shown(limit)}")
     rate = options.get("rate_limit")
     allowed = period = rate_by = None
     if rate is not None:
         if not isinstance(rate, dict) or set(rate) - {"allowed", "period", "by"}:
             raise InvalidQueue('rate_limit must be {"allowed": n, "period": seconds} (and '
-                               f'optionally "by"), not {rate!r}')
+                               f'optionally "by"), not {shown(rate)}')
         rate_by = rate.get("by")
         if rate_by is not None and not _key_by(rate_by):
             raise InvalidQueue(f"rate_limit by must be 'worker' or 'args.<key>' (a name of "
-                               f"letters, digits and '_'), not {rate_by!r}")
+                               f"letters, digits and '_'), not {shown(rate_by)}")
         if rate_by is not None and by is not None and rate_by != by:
             raise InvalidQueue(f"rate_limit by {rate_by!r} and partition by {by!r} differ: a "
                                "queue has one partition key")
         allowed, period = rate.get("allowed"), rate.get("period", 1)
         if not _count(allowed):
             raise InvalidQueue(f"rate_limit allowed must be an int in 1..{MAX_LIMIT}, "
-                               f"not {allowed!r}")
+                               f"not {shown(allowed)}")
+        # A comparison, not math.isfinite: that overflows on an int like 10**400.
         if (isinstance(period, bool) or not isinstance(period, (int, float))
-                or not math.isfinite(period) or period < 0.01 or period > 86400):
+                or not 0.01 <= period <= 86400):
             raise InvalidQueue(f"rate_limit period must be seconds in 0.01..86400, "
-                               f"not {period!r}")
+                               f"not {shown(period)}")
         period = float(period)
     return Limits(global_limit=global_limit, partition_by=by, partition_limit=limit,
                   rate_allowed=allowed, rate_period=period, rate_by=rate_by)

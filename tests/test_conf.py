@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -55,9 +57,17 @@ def test_readers_follow_override_settings(settings):
     ({"POLL_INTERVAL": 0}, ["kathikon.E004"]),
     ({"POLL_INTERVAL": "1"}, ["kathikon.E004"]),
     ({"SHUTDOWN_GRACE_PERIOD": -1}, ["kathikon.E004"]),
+    # Durations that overflow a float, a timer or date arithmetic at run time.
+    ({"POLL_INTERVAL": 10**400}, ["kathikon.E004"]),
+    ({"POLL_INTERVAL": math.nan}, ["kathikon.E004"]),
+    ({"RETENTION_PERIOD": 1e300}, ["kathikon.E004"]),
+    ({"SHUTDOWN_GRACE_PERIOD": math.inf}, ["kathikon.E004"]),
     ({"MAX_ATTEMPTS": 0}, ["kathikon.E005"]),
+    ({"MAX_ATTEMPTS": 10**5000}, ["kathikon.E005"]),  # too long for repr() in the message
     ({"RESULT_STORAGE": "keep"}, ["kathikon.E006"]),
     ({"TIMEZONE": "Mars/Olympus"}, ["kathikon.E007"]),
+    ({"TIMEZONE": "A" * 300}, ["kathikon.E007"]),  # zoneinfo's OSError: name too long
+    ({"TIMEZONE": "Europe"}, ["kathikon.E007"]),  # a folder of tzdata
     ({"DATABASE": "jobs"}, ["kathikon.E008"]),
     ({"RESCUE_AFTER": 5, "HEARTBEAT_INTERVAL": 10}, ["kathikon.E009"]),
     ({"CRON": "0 * * * *"}, ["kathikon.E010"]),
@@ -69,6 +79,11 @@ def test_bad_settings_are_reported_with_ids_and_hints(settings, value, expected)
     assert ids(value, settings) == expected
     settings.KATHIKON = value
     assert all(message.hint for message in check_settings())
+
+
+def test_the_longest_durations_are_accepted(settings):
+    settings.KATHIKON = {"RETENTION_PERIOD": conf.MAX_SECONDS, "SHUTDOWN_GRACE_PERIOD": 0}
+    assert conf.retention_period() == 100 * 365 * 86400
 
 
 def test_readers_refuse_bad_settings(settings):

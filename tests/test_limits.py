@@ -132,6 +132,8 @@ def test_a_limited_claim_frees_unique_keys_like_the_plain_one():
     ({"global_limit": 10**400}, "global_limit"),
     ({"partition": {"by": "worker", "limit": 10**30}}, "partition limit"),
     ({"rate_limit": {"allowed": 10**30, "period": 1}}, "allowed"),
+    ({"rate_limit": {"allowed": 1, "period": 10**400}}, "period"),  # math.isfinite overflowed
+    ({"global_limit": 10**5000}, "an int of 16610 bits"),  # past what repr() prints
 ])
 def test_bad_limits_are_typed_errors(options, message):
     with pytest.raises(kathikon.InvalidQueue, match=message):
