@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from kathikon import conf
 from kathikon.conf import QUEUE_NAME
-from kathikon.exceptions import InvalidJob
+from kathikon.exceptions import InvalidJob, shown
 from kathikon.ids import new_id, parse_id
 from kathikon.states import JobState
 from kathikon.unique import Unique, as_unique
@@ -49,6 +49,8 @@ _PLAIN_TYPES = frozenset({str, int, bool, float, type(None)})
 MAX_JSON_DEPTH = 31
 #: The largest value an integer column (max_attempts) holds on every database.
 MAX_INT = 2**31 - 1
+#: The longest worker path: the ``max_length`` of ``Job.worker`` and ``CronSchedule.worker``.
+MAX_WORKER_PATH = 255
 # In the encoder's ASCII output, NUL and surrogates appear only as these escapes (or after a
 # literal backslash, which the exact check then clears).
 _SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|d[89a-f])")
@@ -155,17 +157,25 @@ def worker_class(worker: Any) -> tuple[str, type[Worker]]:
     if isinstance(worker, type) and issubclass(worker, Worker):
         path = worker.path()
         if _worker_cache.get(path) is not worker:
+            _check_length(path)
             _check_importable(path, worker)
             _worker_cache[path] = worker
         return path, worker
     if isinstance(worker, str):
         cls = _worker_cache.get(worker)
         if cls is None:
+            _check_length(worker)
             cls = resolve_worker(worker)
             _worker_cache[worker] = cls
         return worker, cls
     raise InvalidJob("worker must be a kathikon.Worker subclass or its dotted path, "
-                     f"not {worker!r}", key="worker")
+                     f"not {shown(worker)}", key="worker")
+
+
+def _check_length(path: str) -> None:
+    if len(path) > MAX_WORKER_PATH:
+        raise InvalidJob(f"worker path {path[:60]!r}… is {len(path)} characters long; the "
+                         f"database stores at most {MAX_WORKER_PATH}", key="worker")
 
 
 def _check_importable(path: str, cls: type[Worker]) -> None:
@@ -293,12 +303,12 @@ def _plain(args: dict[str, Any]) -> bool:
 def _bad_arg_key(args: dict[str, Any], key: str = "args") -> str:
     for name, value in args.items():
         if not isinstance(name, str):
-            return f"{key}[{name!r}]"
+            return f"{key}[{shown(name)}]"
         try:
             if json.loads(json.dumps({name: value}, allow_nan=False)) != {name: value}:
-                return f"{key}[{name!r}]"
+                return f"{key}[{shown(name)}]"
         except (TypeError, ValueError, RecursionError):
-            return f"{key}[{name!r}]"
+            return f"{key}[{shown(name)}]"
     return key
 
 
@@ -368,19 +378,19 @@ def plan_row(worker: Any, options: dict[str, Any], now: dt.datetime | None = Non
     if not isinstance(queue, str) or queue not in _valid_queues:
         if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
             raise InvalidJob(f"queue must be 1-63 letters, digits, '_', '-' or '.', "
-                             f"not {queue!r}", key="queue")
+                             f"not {shown(queue)}", key="queue")
         if len(_valid_queues) < 10_000:
             _valid_queues.add(queue)
     priority = _option(options, "priority", cls.priority)
     if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
-        raise InvalidJob(f"priority must be an int in -100..100, not {priority!r}",
+        raise InvalidJob(f"priority must be an int in -100..100, not {shown(priority)}",
                          key="priority")
     max_attempts = _option(options, "max_attempts", cls.max_attempts)
     if max_attempts is None:
         max_attempts = conf.max_attempts()
     if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
             or not 1 <= max_attempts <= MAX_INT):
-        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_INT}, not {max_attempts!r}",
+        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_INT}, not {shown(max_attempts)}",
                          key="max_attempts")
     available_at, scheduled_at = _when(options, now)
     meta = options.get("meta") or {}
@@ -423,13 +433,13 @@ def checked_delay(seconds: Any, now: dt.datetime, key: str) -> dt.timedelta:
     if isinstance(seconds, dt.timedelta):
         seconds = seconds.total_seconds()
     if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds) or seconds < 0):
-        raise InvalidJob(f"{key} must be a number of seconds >= 0, not {seconds!r}", key=key)
-    try:
+            or (isinstance(seconds, float) and not math.isfinite(seconds)) or seconds < 0):
+        raise InvalidJob(f"{key} must be a number of seconds >= 0, not {shown(seconds)}", key=key)
+    try:  # an int past a float's range (10**400) overflows here too
         step = dt.timedelta(seconds=seconds)
         (now + step).astimezone(dt.timezone.utc)
     except OverflowError:
-        raise InvalidJob(f"{key}={seconds!r} seconds from now is past the year 9999, the last "
+        raise InvalidJob(f"{key}={shown(seconds)} seconds from now is past the year 9999, the last "
                          "moment a database stores", key=key) from None
     return step
 
@@ -454,5 +464,5 @@ def _ref(options: dict[str, Any], key: str) -> uuid.UUID | None:
         return None
     parsed = parse_id(getattr(value, "pk", value))
     if parsed is None:
-        raise InvalidJob(f"{key} must be an id (hex string or UUID), not {value!r}", key=key)
+        raise InvalidJob(f"{key} must be an id (hex string or UUID), not {shown(value)}", key=key)
     return parsed

@@ -17,11 +17,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kathikon.exceptions import InvalidJob
+from kathikon.exceptions import InvalidJob, shown
 from kathikon.states import JobState
 
 #: One bit per state: a job's ``unique_states`` column is the OR of its unique states.
@@ -38,6 +39,9 @@ ALL_BUT_FAILED = (*INCOMPLETE, JobState.COMPLETED)
 ALL = tuple(JobState.values)
 
 BY_FIELDS = frozenset({"worker", "queue", "args", "meta"})
+#: The shortest ``period``: the finest time the databases store (a shorter one would only
+#: give every job a bucket of its own, and 1e-320 overflows the bucket number).
+MIN_PERIOD = 1e-6
 #: Fields of the existing job a conflicting insert may overwrite (while it is pending).
 REPLACEABLE = frozenset({"args", "meta", "priority", "max_attempts", "scheduled_at"})
 
@@ -76,11 +80,13 @@ class Unique:
             raise InvalidJob(f"unique by must be some of {sorted(BY_FIELDS)}, not "
                              f"{sorted(bad) or list(self.by)}", key="unique")
         period = self.period
+        # Comparisons, not math.isfinite (which overflows on an int like 10**400): the bucket
+        # ``epoch / period`` must stay a finite float, so no tiny, huge, NaN or infinite period.
         if period is not None and (isinstance(period, bool)
-                                   or not isinstance(period, (int, float)) or not period > 0
-                                   or period == float("inf")):
-            raise InvalidJob(f"unique period must be seconds > 0 or None, not {period!r}",
-                             key="unique")
+                                   or not isinstance(period, (int, float))
+                                   or not MIN_PERIOD <= period <= sys.float_info.max):
+            raise InvalidJob(f"unique period must be a finite number of seconds >= {MIN_PERIOD} "
+                             f"(a microsecond) or None, not {shown(period)}", key="unique")
         bad = set(self.states) - set(JobState.values)
         if bad or not self.states:
             raise InvalidJob(f"unique states must be some of {list(JobState.values)}, not "
@@ -128,7 +134,7 @@ def as_unique(value: Any) -> Unique | None:
             return Unique(**value)
         except TypeError as exc:
             raise InvalidJob(f"unique: {exc}", key="unique") from None
-    raise InvalidJob(f"unique must be a kathikon.Unique, a dict or True, not {value!r}",
+    raise InvalidJob(f"unique must be a kathikon.Unique, a dict or True, not {shown(value)}",
                      key="unique")
 
 
@@ -142,10 +148,10 @@ def holds(state_bits: int | None, state: str) -> bool:
 
 def _names(value: Iterable[Any] | str, name: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
-        raise InvalidJob(f"unique {name} must be a list of names, not {value!r}", key="unique")
+        raise InvalidJob(f"unique {name} must be a list of names, not {shown(value)}", key="unique")
     names = tuple(value)
     if not all(isinstance(item, str) for item in names):
-        raise InvalidJob(f"unique {name} must be a list of names, not {value!r}", key="unique")
+        raise InvalidJob(f"unique {name} must be a list of names, not {shown(value)}", key="unique")
     return names
 
 

@@ -199,6 +199,11 @@ def test_manage_py_shell_gets_the_reason_and_nothing_is_committed(tmp_path):
     ({}, {"priority": 2**40}, "priority", "-100..100"),
     ({}, {"schedule_in": 1e12}, "schedule_in", "past the year 9999"),
     ({}, {"schedule_in": dt.timedelta.max}, "schedule_in", "past the year 9999"),
+    ({}, {"schedule_in": 10**400}, "schedule_in", "past the year 9999"),  # past a float
+    ({}, {"schedule_in": 10**5000}, "schedule_in", "past the year 9999"),  # past int's repr
+    ({}, {"priority": 10**5000}, "priority", "-100..100"),
+    ({}, {"max_attempts": 10**5000}, "max_attempts", "1..2147483647"),
+    ({}, {"unique": {"period": 1e-320}}, "unique", "unique period"),
     ({}, {"schedule_in": math.nan}, "schedule_in", "nan"),
     ({}, {"schedule_in": -math.inf}, "schedule_in", ">= 0"),
     ({}, {"schedule_at": dt.datetime.max.replace(tzinfo=dt.timezone(dt.timedelta(hours=-5)))},
@@ -226,12 +231,34 @@ def test_what_databases_store_alike_is_accepted():
     assert stored.available_at.year == 9999
 
 
-@pytest.mark.parametrize("in_seconds", [1e300, math.nan, math.inf, -1, "soon"])
+@pytest.mark.parametrize("in_seconds", [1e300, 10**400, math.nan, math.inf, -1, "soon"])
 def test_schedule_in_seconds_out_of_range_is_refused(in_seconds):
     with pytest.raises(kathikon.InvalidJob) as info:
         kathikon.schedule(workers.Succeed, {}, in_seconds=in_seconds)
     assert info.value.key == "in_seconds"
     assert Job.objects.count() == 0
+
+
+def test_a_worker_path_longer_than_the_column_is_refused():
+    long = type("W" * 250, (workers.Succeed,), {"__module__": __name__})
+    globals()[long.__name__] = long  # importable by its dotted path, which is too long
+    try:
+        for worker in (long, long.path()):
+            with pytest.raises(kathikon.InvalidJob, match="at most 255") as info:
+                kathikon.insert(worker, {})
+            assert info.value.key == "worker"
+        with pytest.raises(kathikon.InvalidJob, match="at most 255"):
+            kathikon.cron.insert(long, {}, cron="@daily")
+    finally:
+        del globals()[long.__name__]
+    assert Job.objects.count() == 0 and CronSchedule.objects.count() == 0
+
+
+def test_the_worker_path_bound_is_the_columns():
+    from kathikon.jobspec import MAX_WORKER_PATH
+
+    assert Job._meta.get_field("worker").max_length == MAX_WORKER_PATH
+    assert CronSchedule._meta.get_field("worker").max_length == MAX_WORKER_PATH
 
 
 def test_cron_args_and_names_a_database_refuses_are_refused():
@@ -253,11 +280,14 @@ def test_insert_many_lists_refused_values_and_inserts_the_rest():
         (workers.Succeed, {"i": 2}, {"max_attempts": 2**31}),
         (workers.Succeed, _nested(100_000)),
         (workers.Succeed, {"i": 4}, {"schedule_in": 1e12}),
-        (workers.Succeed, {"i": 5}),
+        (workers.Succeed, {"i": 5}, {"schedule_in": 10**400}),
+        (workers.Succeed, {"i": 6}, {"unique": {"period": 1e-320}}),
+        (workers.Succeed, {"i": 7}),
     ])
-    assert [index for index, _ in result.errors] == [1, 2, 3, 4]
+    assert [index for index, _ in result.errors] == [1, 2, 3, 4, 5, 6]
     assert "NUL" in result.errors[0][1]
-    assert sorted(job.args["i"] for job in Job.objects.all()) == [0, 5]
+    assert "unique period" in result.errors[5][1]
+    assert sorted(job.args["i"] for job in Job.objects.all()) == [0, 7]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -267,7 +297,8 @@ def test_the_callers_transaction_survives_refused_values():
         kathikon.insert(workers.Succeed, {"step": "before"})
         for args, options in [({"s": "\x00"}, {}), ({"s": "\ud800"}, {}),
                               ({}, {"max_attempts": 2**31}), ({}, {"schedule_in": 1e12}),
-                              (_nested(100_000), {})]:
+                              ({}, {"schedule_in": 10**400}),
+                              ({}, {"unique": {"period": 1e-320}}), (_nested(100_000), {})]:
             with pytest.raises(kathikon.InvalidJob):
                 kathikon.insert(workers.Succeed, args, **options)
         result = kathikon.insert_many([(workers.Succeed, {"s": "\x00"}),

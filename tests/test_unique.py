@@ -16,7 +16,7 @@ import kathikon
 from kathikon import storage
 from kathikon.executor import run_job, settle
 from kathikon.models import Job
-from kathikon.unique import ALL, UNSTARTED, Unique
+from kathikon.unique import ALL, MIN_PERIOD, UNSTARTED, Unique
 from tests import workers
 from tests.connections import another_session
 
@@ -69,6 +69,14 @@ def test_by_queue_worker_args_and_meta_keys():
     ({"by": ["colour"]}, "unique by"),
     ({"period": 0}, "period"),
     ({"period": "1h"}, "period"),
+    # Each overflowed the bucket number (epoch / period) or a float conversion.
+    ({"period": 1e-320}, "period"),
+    ({"period": 5e-324}, "period"),
+    ({"period": 1e-7}, "period"),
+    ({"period": float("nan")}, "period"),
+    ({"period": float("inf")}, "period"),
+    ({"period": 10**400}, "period"),
+    ({"period": 10**5000}, "period"),
     ({"states": ["done"]}, "unique states"),
     ({"replace": ["queue"]}, "replace"),
     ({"keys": "account_id"}, "list of names"),
@@ -80,6 +88,12 @@ def test_bad_unique_options_are_typed_errors_naming_the_key(unique: Any, message
         kathikon.insert(workers.Succeed, {}, unique=unique)
     assert caught.value.key == "unique"
     assert Job.objects.count() == 0
+
+
+def test_the_extreme_periods_that_are_accepted_give_a_key():
+    for period in (MIN_PERIOD, 1e300, 10**300):
+        job = kathikon.insert(workers.Succeed, {"p": str(period)}, unique={"period": period})
+        assert job.unique_key and not job.conflict
 
 
 def test_a_period_gives_one_job_per_bucket():
