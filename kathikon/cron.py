@@ -40,7 +40,7 @@ from typing import Any
 from django.db import IntegrityError
 
 from kathikon import conf, crontab
-from kathikon.exceptions import InvalidJob, InvalidSchedule
+from kathikon.exceptions import InvalidJob, InvalidSchedule, shown
 from kathikon.jobspec import build_row, worker_class
 from kathikon.models import CronSchedule
 from kathikon.storage import cron as store
@@ -248,10 +248,10 @@ def _fields(values: dict[str, Any]) -> dict[str, Any]:
     if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 200
                              or not name.isprintable()):
         raise InvalidSchedule("name must be 1-200 printable characters (no NUL, control "
-                              f"characters or lone surrogates), not {name!r}")
+                              f"characters or lone surrogates), not {shown(name)}")
     for key in ("paused", "catch_up"):
         if key in values and not isinstance(values[key], bool):
-            raise InvalidSchedule(f"{key} must be True or False, not {values[key]!r}")
+            raise InvalidSchedule(f"{key} must be True or False, not {shown(values[key])}")
     path, _ = worker_class(values.get("worker"))
     queue, priority, max_attempts = (values.get(k) for k in ("queue", "priority",
                                                               "max_attempts"))

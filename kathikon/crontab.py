@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 from croniter import croniter
 
-from kathikon.exceptions import InvalidSchedule
+from kathikon.exceptions import InvalidSchedule, shown
 
 UTC = dt.timezone.utc
 
@@ -47,6 +47,12 @@ NICKNAMES = {
 # "H" (hashed) and "R" (random) are refused; L, W and # are standard enough to keep.
 _NON_DETERMINISTIC = re.compile(r"(?<![A-Za-z])[HR](?![A-Za-z])")
 
+#: The longest expression and timezone name stored (``CronSchedule.expression`` and
+#: ``.timezone``): longer ones are refused here rather than by the database (PostgreSQL's
+#: DataError) or not at all (SQLite).
+MAX_EXPRESSION = 200
+MAX_TIMEZONE = 64
+
 # How far a tick can move in real time relative to its wall-clock time around a
 # transition (DST changes are 1 h almost everywhere, 2 h at most in practice).
 _MARGIN = dt.timedelta(hours=3)
@@ -61,8 +67,11 @@ def validate(expression: object) -> str:
     """
     if not isinstance(expression, str) or not expression.strip():
         raise InvalidSchedule(f"a cron expression must be a non-empty string, not "
-                              f"{expression!r}")
+                              f"{shown(expression)}")
     text = " ".join(expression.split())
+    if len(text) > MAX_EXPRESSION:
+        raise InvalidSchedule(f"cron expression {text[:40]!r}… is {len(text)} characters long; "
+                              f"at most {MAX_EXPRESSION} are stored")
     if text.startswith("@"):
         expanded = NICKNAMES.get(text.lower())
         if expanded is None:
@@ -99,12 +108,12 @@ def is_valid(expression: object) -> bool:
 
 def zone(name: object) -> zoneinfo.ZoneInfo:
     """The IANA timezone ``name``; ``InvalidSchedule`` when there is no such zone."""
-    if not isinstance(name, str) or not name:
-        raise InvalidSchedule(f"timezone must be an IANA name like 'Europe/Berlin', not "
-                              f"{name!r}")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TIMEZONE:
+        raise InvalidSchedule(f"timezone must be an IANA name like 'Europe/Berlin' (at most "
+                              f"{MAX_TIMEZONE} characters), not {shown(name)}")
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe", a folder
         raise InvalidSchedule(f"unknown timezone {name!r} (use an IANA name like "
                               "'Europe/Berlin')") from None
 

@@ -12,7 +12,7 @@ from django.db import connections
 from django.test import override_settings
 
 import kathikon
-from kathikon import CronNotFound, InvalidJob, InvalidSchedule, cron, signals
+from kathikon import CronNotFound, InvalidJob, InvalidSchedule, cron, crontab, signals
 from kathikon.models import CronSchedule, Job
 from kathikon.runtime.scheduler import CronScheduler
 from kathikon.storage import cron as store
@@ -84,11 +84,30 @@ def test_default_timezone_comes_from_settings():
     ({"cron": "@daily", "queue": "bad queue"}, InvalidJob),
     ({"cron": "@daily", "priority": 1000}, InvalidJob),
     ({"cron": "@daily", "max_attempts": 0}, InvalidJob),
+    # Past the columns (PostgreSQL's DataError, stored on SQLite) or zoneinfo's OSError.
+    ({"cron": "0 0 * * " + ",".join(["1"] * 100)}, InvalidSchedule),
+    ({"cron": "@daily", "timezone": "A" * 300}, InvalidSchedule),
+    ({"cron": "@daily", "timezone": "Europe"}, InvalidSchedule),
+    ({"cron": "@daily", "timezone": "x" * 65}, InvalidSchedule),
 ])
 def test_insert_refuses_bad_input_and_inserts_nothing(options, error):
     with pytest.raises(error):
         cron.insert(SUCCEED, {}, **options)
     assert not CronSchedule.objects.exists()
+
+
+def test_expressions_and_timezones_up_to_the_columns_are_stored():
+    longest = "0 0 * * " + ",".join(["1"] * 96)  # 199 characters
+    schedule = cron.insert(SUCCEED, {}, cron=longest + "  ", timezone="America/Argentina/Salta")
+    assert cron.fetch(schedule.id.hex).expression == longest
+    assert CronSchedule._meta.get_field("expression").max_length == crontab.MAX_EXPRESSION
+    assert CronSchedule._meta.get_field("timezone").max_length == crontab.MAX_TIMEZONE
+    with pytest.raises(InvalidSchedule, match="at most 200"):
+        cron.update(schedule.id.hex, cron=longest + ",1")
+    with pytest.raises(InvalidSchedule, match="at most 64"):
+        cron.update(schedule.id.hex, timezone="A" * 300)
+    assert not cron.is_valid(longest + ",1")
+    assert cron.fetch(schedule.id.hex).expression == longest
 
 
 def test_insert_refuses_bad_workers_and_args():
@@ -424,15 +443,18 @@ def test_bad_static_entries_are_skipped_at_runtime_and_reported_by_a_check(clock
         {"name": "ok", "cron": "@hourly", "worker": SUCCEED},
         {"name": "extra", "cron": "@daily", "worker": SUCCEED, "colour": "red"},
         "not a dict",
+        {"name": "long", "cron": "0 0 * * " + ",".join(["1"] * 100), "worker": SUCCEED},
+        {"name": "long-tz", "cron": "@daily", "worker": SUCCEED, "timezone": "A" * 300},
     ]
     with caplog.at_level(logging.ERROR, logger="kathikon"):
         report = cron.sync_static(entries, now=clock.now)
-    assert report["created"] == ["ok"] and report["skipped"] == [1, 2, 3, 4, 5, 6, 7]
+    assert report["created"] == ["ok"] and report["skipped"] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert "KATHIKON['CRON'][1] skipped" in caplog.text
     assert [s.name for s in cron.list()] == ["ok"]
     with override_settings(KATHIKON={"CRON": entries}):
         errors = [m for m in checks.run_checks() if m.id == "kathikon.E013"]
-    assert [m.msg.split(":")[0] for m in errors] == [f"KATHIKON['CRON'][{i}]" for i in range(1, 8)]
+    assert [m.msg.split(":")[0] for m in errors] == [f"KATHIKON['CRON'][{i}]"
+                                                     for i in range(1, 10)]
     assert "twice" in errors[4].msg
 
 
