@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.core.management import call_command
 from django.core.management.base import CommandError
 
 import kathikon
 from kathikon import storage
 from kathikon.executor import record, run_job, settle
-from kathikon.management.commands.kathikon_worker import parse_queues
+from kathikon.management.commands.kathikon_worker import check_node, parse_queues
 from kathikon.models import Job, Node
 from kathikon.runtime import acker as acker_module
 from kathikon.runtime.acker import Acker
@@ -190,6 +191,26 @@ def test_worker_listener_wakes_on_notify(transactional_db, postgres_only):
     finally:
         listener.stop()
         assert listener.join(5)
+
+
+def test_worker_node_names_the_node_table_cannot_store_are_refused():
+    check_node("n" * 255)
+    check_node("n" * 252 + "-10")  # --processes 10: the longest name is NAME-10
+    for bad, why in (("n" * 256, "at most 255"), ("n" * 253 + "-10", "at most 255"),
+                     ("web\x00", "printable"), ("web\n1", "printable"),
+                     ("web-\udcff", "printable")):  # argv bytes that are not UTF-8
+        with pytest.raises(CommandError, match=why):
+            check_node(bad)
+    with pytest.raises(CommandError, match="suffix"):
+        call_command("kathikon_worker", "--node", "n" * 253, "--processes", "10", "--burst")
+
+
+def test_worker_with_a_too_long_node_name_exits_before_starting(worker_processes):
+    """It used to wait forever for a database "unavailable at start-up", even with --burst."""
+    worker = worker_processes.start("--burst", "--node", "n" * 256)
+    assert worker.wait(timeout=60) == 1
+    output = worker.log()
+    assert "at most 255 are stored" in output and "retrying" not in output
 
 
 # -- the worker process ---------------------------------------------------------------------

@@ -47,8 +47,10 @@ class Command(BaseCommand):
         processes = options["processes"]
         if processes < 1:
             raise CommandError("--processes must be at least 1")
-        _configure_logging(options["verbosity"])
         node, burst = options["node"], options["burst"]
+        if node:
+            check_node(node if processes == 1 else f"{node}-{processes}")
+        _configure_logging(options["verbosity"])
 
         def make_worker(index: int, parent_pid: int | None) -> WorkerProcess:
             name = node if node is None or processes == 1 else f"{node}-{index + 1}"
@@ -87,6 +89,24 @@ def parse_queues(value: str | None) -> dict[str, int | None] | None:
     if not queues:
         raise CommandError("--queues needs at least one queue name")
     return queues
+
+
+def check_node(name: str) -> None:
+    """``CommandError`` for a node name the node table cannot store (the longest one given).
+
+    Refused before start-up: the worker would otherwise retry its registration forever as
+    if the database were down.
+    """
+    from kathikon.models import Node
+
+    longest = Node._meta.get_field("name").max_length
+    if longest is not None and len(name) > longest:
+        raise CommandError(f"--node: the node name {name[:40]!r}… is {len(name)} characters "
+                           f"long (with --processes, the suffix '-N' included); at most "
+                           f"{longest} are stored")
+    if not name.isprintable():
+        raise CommandError(f"--node: the node name {name!r} holds a control character, NUL "
+                           "or a byte that is not UTF-8; use printable characters")
 
 
 def _configure_logging(verbosity: int) -> None:
