@@ -126,3 +126,46 @@ def test_insert_says_to_migrate(empty_database: str, tmp_path: Path):
     assert seen["after_insert_many_in_atomic"] == 1
     expected = "InternalError" if connection.vendor == "postgresql" else "usable"
     assert seen["block_after_insert"] == expected
+
+
+OPS_SCRIPT = """
+import json
+from io import StringIO
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+seen = {}
+for args in (["summary"], ["summary", "--json"], ["jobs"], ["failures"], ["show", "f" * 32],
+             ["retry", "f" * 32], ["cancel", "f" * 32], ["rerun", "f" * 32],
+             ["pause", "default"], ["resume", "--all"], ["limits", "default", "--reset"],
+             ["prune"]):
+    try:
+        call_command("kathikon_ops", *args, stdout=StringIO(), stderr=StringIO())
+        seen[" ".join(args)] = "no error"
+    except CommandError as exc:
+        seen[" ".join(args)] = [exc.returncode, str(exc)]
+print("SEEN " + json.dumps(seen))
+"""
+
+
+def test_every_ops_command_says_to_migrate(empty_database: str, tmp_path: Path):
+    env = WorkerProcesses(tmp_path).environment(env={"KATHIKON_DB_NAME": empty_database})
+    done = subprocess.run([sys.executable, str(MANAGE), "shell", "-c",
+                           textwrap.dedent(OPS_SCRIPT)],
+                          env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))
+    seen = json.loads(line[5:])
+    assert len(seen) == 12, seen
+    for command, outcome in seen.items():
+        assert outcome != "no error", command
+        code, message = outcome
+        assert code == NotMigrated.exit_code, (command, message)
+        assert "run `python manage.py migrate`" in message, (command, message)
+    summary = subprocess.run([sys.executable, str(MANAGE), "kathikon_ops", "summary"],
+                             env=env, cwd=str(ROOT), capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert summary.returncode == NotMigrated.exit_code, summary.stderr
+    assert "run `python manage.py migrate`" in summary.stderr
+    assert "Traceback" not in summary.stderr

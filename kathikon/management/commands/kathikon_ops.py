@@ -17,8 +17,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kathikon import conf, dashboard, report
-from kathikon.exceptions import KathikonError
+from kathikon.exceptions import KathikonError, NotMigrated
+from kathikon.jobspec import MAX_INT
 from kathikon.states import JobState
+from kathikon.storage.schema import explain_missing_schema
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -53,7 +55,7 @@ class Command(BaseCommand):
         failures = sub("failures", "Failures by worker and error kind.")
         failures.add_argument("--window", type=duration, default=86400,
                               help="How far back to look (default 1d; e.g. 30m, 12h, 7d).")
-        failures.add_argument("--limit", type=int, default=100)
+        failures.add_argument("--limit", type=count, default=100)
         sub("show", "One job with its errors and history.").add_argument("id")
         for name, text in (("retry", "Put jobs back to available now."),
                            ("cancel", "Cancel pending jobs."),
@@ -84,7 +86,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         handler: Callable[[dict[str, Any]], Any] = getattr(self, f"do_{options['action']}")
         try:
-            handler(options)
+            with explain_missing_schema():  # "run migrate", not a raw ProgrammingError
+                handler(options)
+        except NotMigrated as exc:
+            raise CommandError(str(exc), returncode=NotMigrated.exit_code) from exc
         except (KathikonError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
 
@@ -250,6 +255,14 @@ def jsonable(value: Any) -> Any:
 
 
 NONE = "none"  # an option given as 'none': remove that limit
+
+
+def count(text: str) -> int:
+    """An int from 1 to 2**31 - 1 (SQLite cannot bind a LIMIT past 64 bits)."""
+    value = int(text)
+    if not 1 <= value <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an int from 1 to {MAX_INT}")
+    return value
 
 
 def optional_int(text: str) -> Any:
