@@ -110,6 +110,7 @@ def test_partial_failure_exits_non_zero(mixed_jobs):
     (("pause", "x", "--all"), "give a queue name or --all"),
     (("pause", "no spaces"), "bad queue name"),
     (("prune", "--older-than", "soon"), "bad duration"),
+    (("failures", "--limit", str(10**30)), "not an int from 1 to 2147483647"),  # SQLite's bind
 ])
 def test_errors_are_command_errors(db, args, message):
     with pytest.raises(CommandError, match=message):
