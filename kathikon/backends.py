@@ -205,7 +205,12 @@ class TaskWorker(Worker):
             value = task.func(*args, **kwargs)
         if isinstance(value, Outcome):
             return value
-        return compat.normalize_json(value)
+        try:
+            return compat.normalize_json(value)
+        except (TypeError, ValueError, RecursionError):
+            # Not JSON: the task ran, so it must not run again. Returned as it is, the job
+            # completes with the marker of kathikon.storable as its result (and return_value).
+            return value
 
     def backoff(self, job: Any) -> float:
         spec = job.meta.get("backoff")

@@ -30,8 +30,13 @@ def complete_in_transaction(job: Job, result: Any = None) -> None:
 
     ``InvalidState`` if the job is not executing in this attempt any more (rescued,
     cancelled, completed already): raised inside your ``atomic()`` block, it rolls
-    your writes back too. ``InvalidJob`` if ``result`` could not be stored (the rule
-    for a result ``perform`` returns: JSON, no NUL, at most ``MAX_RESULT_BYTES``).
+    your writes back too. ``InvalidJob`` (``key="result"``) if ``result`` could not be
+    stored (the rule for a result ``perform`` returns, kathikon.storable: JSON, no NUL
+    nor lone surrogate, nested at most ``MAX_RESULT_DEPTH`` deep, at most
+    ``MAX_RESULT_BYTES``). It is a typed error, not the marker a returned result gets:
+    it is raised before any SQL, so your transaction stays usable (catch it and
+    complete with another result), and if you let it propagate your writes roll back
+    with it, so the attempt that fails did nothing and its retry does the work once.
     """
     if job.state not in EXECUTING_STATES or job.completed_in_transaction:
         raise InvalidState(f"job {job.id.hex} is {job.state}: only a job being performed "

@@ -9,7 +9,10 @@ that a burst of completions costs one statement. ``settle`` itself is
 retried) followed by ``announce`` (signals and batch callbacks, once).
 
 Every outcome is made storable here (kathikon.storable): a database must
-never refuse an ack.
+never refuse an ack. A result that cannot be stored does not fail the attempt
+(``perform``'s work is done; retrying would only do it again): the job
+completes with the marker of kathikon.storable as its result, and a warning
+says so, once per outcome.
 
 A job's time limit comes from one place, ``Worker.timeout_for(job)``, read
 through :func:`job_timeout` (a number of seconds, or ``None``). Async jobs are
@@ -47,10 +50,12 @@ from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.storable import (
     MAX_MESSAGE,
     MAX_TRACEBACK,
+    UNSTORED,
     clamp_delay,
     clean_text,
     describe,
-    storable_result,
+    result_or_marker,
+    unstored_marker,
 )
 from kathikon.storage import Ack, Acked, hygiene, start_job, write_acks
 from kathikon.workers import Discard, Retry, Snooze, Worker
@@ -59,7 +64,7 @@ logger = logging.getLogger("kathikon")
 
 __all__ = ["Execution", "Executor", "JobTimeout", "Plan", "announce", "call_perform",
            "conclude", "execute_job", "fail_job", "is_async_worker", "job_timeout", "record",
-           "run_job", "settle", "unstorable"]
+           "result_refused", "run_job", "settle", "unstorable"]
 
 
 @dataclass(slots=True)
@@ -184,7 +189,8 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
                 outcome = call_perform(worker, job, timeout)
             if isinstance(outcome, (Retry, Discard, Snooze)):
                 raise outcome
-            result = _storable(outcome)
+            # completed in perform's own transaction: what it returns is not stored
+            result = None if job.completed_in_transaction else _storable(job, outcome)
         except Snooze as snooze:
             ack = Ack(job, JobState.SCHEDULED, delay=_delay(snooze.seconds, 0.0),
                       restore_attempt=True)
@@ -231,7 +237,7 @@ def conclude(job: Job, outcome: Any) -> Execution:
     if isinstance(outcome, Discard):
         ack = Ack(job, JobState.DEAD, error=_error(job, outcome))
         return Execution(job, "discarded", ack, cls, outcome, 0.0, _queue_time(job))
-    ack = Ack(job, JobState.COMPLETED, result=_storable(outcome))
+    ack = Ack(job, JobState.COMPLETED, result=_storable(job, outcome))
     return Execution(job, "completed", ack, cls, None, 0.0, _queue_time(job))
 
 
@@ -324,6 +330,17 @@ def unstorable(execution: Execution, exc: BaseException, *, detail: bool = True)
     return failed
 
 
+def result_refused(execution: Execution, exc: BaseException) -> Execution:
+    """The completion that replaces one whose result the database refused for good: still
+    completed (the work is done), its result replaced by the marker (reason ``refused``)."""
+    job, ack = execution.job, execution.ack
+    message = f"the database refused the result ({type(exc).__name__}: {describe(exc)})"
+    marker = unstored_marker(ack.result, "refused", message)
+    return Execution(job, "completed", Ack(job, JobState.COMPLETED, result=marker,
+                                           hold_parent=ack.hold_parent),
+                     execution.worker, None, execution.duration, execution.queue_time)
+
+
 def _failed(job: Job, worker: Worker, exc: BaseException, started: float,
             queue_time: float) -> Execution:
     duration = _since(started)
@@ -394,11 +411,17 @@ def _error(job: Job, exc: BaseException, *, kind: str | None = None,
     }
 
 
-def _storable(result: Any) -> Any:
-    """The result as stored; ``UnstorableOutcome`` (a failed attempt) when it cannot be."""
+def _storable(job: Job, result: Any) -> Any:
+    """The result as stored; the marker of kathikon.storable, logged, when it cannot be."""
     if result is None or conf.result_storage() != "store":
         return None
-    return storable_result(result)
+    stored, refused = result_or_marker(result)
+    if refused is not None:
+        marker = stored[UNSTORED]
+        logger.warning("kathikon: job %s (%s) completed, but %s; job.result holds the %r "
+                       "marker instead (reason %s)", job.id.hex, job.worker,
+                       marker["message"], UNSTORED, marker["reason"])
+    return stored
 
 
 def _queue_time(job: Job) -> float:

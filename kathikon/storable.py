@@ -7,9 +7,18 @@ whole ack batch. So, before anything is written:
   U+FFFD and are capped (``MAX_MESSAGE`` / ``MAX_TRACEBACK`` characters),
   keeping their head and their tail;
 - a result must be JSON without NaN or infinities, without NUL or lone
-  surrogates in its strings, and at most ``MAX_RESULT_BYTES`` once encoded;
-  otherwise :func:`storable_result` raises ``UnstorableOutcome`` (the attempt
-  fails with that error, on every database alike);
+  surrogates in its strings, nested at most ``MAX_RESULT_DEPTH`` deep and at
+  most ``MAX_RESULT_BYTES`` once encoded. :func:`storable_result` raises
+  ``UnstorableOutcome`` for any other (``complete_in_transaction`` turns it into
+  ``InvalidJob``); :func:`result_or_marker` gives the marker the executor stores
+  instead, because ``perform``'s work is done and must not run again for it::
+
+      {"kathikon_unstored": {"reason": "not_json", "type": "builtins.set",
+                             "message": "the result cannot be stored: it is not JSON (…)"}}
+
+  ``reason`` is one of ``REASONS``; ``type`` is the class path of the value
+  ``perform`` returned; ``message`` says why in words (at most ``MAX_MARKER_MESSAGE``
+  characters);
 - delays are clamped to ``0 .. MAX_DELAY`` seconds (``Retry`` and ``Snooze``
   refuse NaN, infinities and negative numbers when built).
 """
@@ -29,6 +38,16 @@ MAX_MESSAGE = 8_000
 MAX_TRACEBACK = 32_000
 #: Largest result stored (bytes of its JSON encoding).
 MAX_RESULT_BYTES = 1_000_000
+#: Deepest nesting of dicts and lists in a result (the top level counts), as for args
+#: (``kathikon.jobspec.MAX_JSON_DEPTH``): MariaDB refuses 32 levels, so every database does.
+MAX_RESULT_DEPTH = 31
+#: The key of the marker stored as ``job.result`` in place of a result that cannot be stored.
+UNSTORED = "kathikon_unstored"
+#: Why a result was not stored (the marker's ``reason``); ``refused``: the database refused
+#: what passed these checks (see kathikon.runtime.acker).
+REASONS = ("not_json", "bad_text", "too_deep", "too_large", "refused")
+#: Longest ``message`` of the marker (characters; head and tail kept).
+MAX_MARKER_MESSAGE = 1_000
 #: Longest delay of a retry or a snooze: 365 days (longer ones are clamped to it).
 MAX_DELAY = 365 * 24 * 3600.0
 
@@ -56,20 +75,75 @@ def describe(exc: BaseException) -> str:
 def storable_result(result: Any) -> Any:
     """The result as the database stores it (JSON round trip); ``UnstorableOutcome`` if it
     cannot be stored the same way on every database."""
+    stored, refusal = _stored_form(result)
+    if refusal is not None:
+        raise UnstorableOutcome(refusal[1])
+    return stored
+
+
+def result_or_marker(result: Any) -> tuple[Any, UnstorableOutcome | None]:
+    """What to store as the result of work that is done: the result as stored, or, with the
+    error that says why, the marker that replaces a result no database would take the same way.
+    """
+    stored, refusal = _stored_form(result)
+    if refusal is None:
+        return stored, None
+    reason, message = refusal
+    return unstored_marker(result, reason, message), UnstorableOutcome(message)
+
+
+def unstored_marker(result: Any, reason: str, message: str) -> dict[str, Any]:
+    """The marker stored in place of ``result`` (module doc); storable by construction."""
+    kind = type(result)
+    return {UNSTORED: {
+        "reason": reason,
+        "type": clean_text(f"{kind.__module__}.{kind.__qualname__}", 255),
+        "message": clean_text(message, MAX_MARKER_MESSAGE),
+    }}
+
+
+def _stored_form(result: Any) -> tuple[Any, tuple[str, str] | None]:
+    """``(the result as stored, None)``, or ``(None, (reason, message))`` when it cannot be."""
     try:
         encoded = json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise UnstorableOutcome(f"the result cannot be stored: it is not JSON ({exc})") from None
+    except RecursionError:
+        return None, ("too_deep", _too_deep())
+    except MemoryError:
+        return None, ("too_large", "the result cannot be stored: it is too large to encode")
+    except Exception as exc:  # TypeError, ValueError; or a container that raises when read
+        return None, ("not_json", f"the result cannot be stored: it is not JSON "
+                                  f"({describe(exc)})")
     if len(encoded) > MAX_RESULT_BYTES:  # ensure_ascii: characters are bytes
-        raise UnstorableOutcome(f"the result cannot be stored: {len(encoded)} bytes of JSON, "
-                                f"more than the {MAX_RESULT_BYTES} bytes allowed")
+        return None, ("too_large", f"the result cannot be stored: {len(encoded)} bytes of "
+                                   f"JSON, more than the {MAX_RESULT_BYTES} bytes allowed")
     decoded = json.loads(encoded)
     # json.dumps escapes every non-ASCII character: only then can a string hold NUL or a
     # lone surrogate, which PostgreSQL's jsonb and MariaDB's JSON refuse.
     if ("\\u0000" in encoded or "\\ud" in encoded) and _holds_unstorable(decoded):
-        raise UnstorableOutcome("the result cannot be stored: a string in it holds NUL "
-                                "(\\x00) or a lone surrogate")
-    return decoded
+        return None, ("bad_text", "the result cannot be stored: a string in it holds NUL "
+                                  "(\\x00) or a lone surrogate")
+    # Brackets inside strings count too: only a cheap test before the exact one.
+    if encoded.count("[") + encoded.count("{") > MAX_RESULT_DEPTH and _too_nested(decoded):
+        return None, ("too_deep", _too_deep())
+    return decoded, None
+
+
+def _too_deep() -> str:
+    return (f"the result cannot be stored: it is nested more than {MAX_RESULT_DEPTH} levels "
+            "deep (dicts and lists; MariaDB refuses deeper JSON, so every database does)")
+
+
+def _too_nested(value: Any) -> bool:
+    """Whether dicts and lists nest more than ``MAX_RESULT_DEPTH`` deep (iterative)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > MAX_RESULT_DEPTH:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children
+                     if isinstance(child, (dict, list)))
+    return False
 
 
 def _holds_unstorable(value: Any) -> bool:

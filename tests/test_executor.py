@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from unittest.mock import ANY
+
 import pytest
 
 import kathikon
 from kathikon import signals, storage
 from kathikon.executor import execute_job, run_job, settle
 from kathikon.models import Job
+from kathikon.storable import UNSTORED
 from tests import workers
+from tests.runtime.result_workers import RESULTS, UnstorableResult, runs
 
 pytestmark = pytest.mark.django_db
 
@@ -50,14 +54,30 @@ def test_return_value_completes_the_job_and_stores_the_result():
     assert job.errors == []
 
 
-def test_a_result_that_is_not_json_fails_the_attempt_unless_results_are_discarded(settings):
-    job = run(workers.Unserialisable)
-    assert (job.state, job.result) == ("retryable", None)
-    assert job.errors[0]["kind"] == "kathikon.UnstorableOutcome"
-    assert "not JSON" in job.errors[0]["message"]
+@pytest.mark.parametrize("case", list(RESULTS))
+def test_a_result_that_cannot_be_stored_completes_the_job_with_a_marker(case, tmp_path, caplog):
+    """The work is done: the job completes once, its result replaced by a marker (issue 26)."""
+    log = tmp_path / "runs"
+    _, reason, kind = RESULTS[case]
+    with Recorder("job_completed", "job_failed") as recorder:
+        job = run(UnstorableResult, {"log": str(log), "case": case})
+    assert (job.state, job.attempts, job.errors) == ("completed", 1, [])
+    marker = job.result[UNSTORED]  # as the database gave it back
+    assert job.result == {UNSTORED: {"reason": reason, "type": kind, "message": ANY}}
+    assert marker["message"].startswith("the result cannot be stored: ")
+    assert runs(log) == {job.id.hex: 1}
+    ((name, _, sent),) = recorder.events
+    assert name == "job_completed" and sent["result"] == job.result
+    warnings = [r for r in caplog.records if job.id.hex in r.getMessage()]
+    assert [r.levelname for r in warnings] == ["WARNING"]  # once, for this outcome
+    assert marker["message"] in warnings[0].getMessage()
+
+
+def test_a_result_is_neither_checked_nor_stored_when_results_are_discarded(settings):
     settings.KATHIKON = {"RESULT_STORAGE": "discard"}
     assert run(workers.Succeed, {"a": 1}).result is None
-    assert run(workers.Unserialisable).state == "completed"  # nothing to store
+    job = run(workers.Unserialisable)
+    assert (job.state, job.result, job.errors) == ("completed", None, [])
 
 
 def test_exception_makes_the_job_retryable_with_backoff_and_an_error_entry():
@@ -206,7 +226,6 @@ POISON = "tests.runtime.fault_workers.Poison"
 @pytest.mark.parametrize(("case", "kind", "text"), [
     ("nul", "builtins.ValueError", "bad \ufffd byte"),
     ("surrogate", "builtins.ValueError", "lone \ufffd surrogate"),
-    ("nan", "kathikon.UnstorableOutcome", "not JSON"),
     ("snooze_inf", "builtins.ValueError", "Snooze needs a finite number of seconds"),
     ("system_exit", "builtins.SystemExit", "3"),
     ("keyboard_interrupt", "builtins.KeyboardInterrupt", ""),

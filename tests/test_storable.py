@@ -8,12 +8,18 @@ import pytest
 
 import kathikon
 from kathikon.exceptions import error_kind, read_kind
+from kathikon.jobspec import MAX_JSON_DEPTH
 from kathikon.storable import (
     MAX_DELAY,
+    MAX_MARKER_MESSAGE,
     MAX_RESULT_BYTES,
+    MAX_RESULT_DEPTH,
+    REASONS,
+    UNSTORED,
     clamp_delay,
     clean_text,
     describe,
+    result_or_marker,
     storable_result,
 )
 
@@ -41,20 +47,91 @@ def test_describe_survives_a_broken_str():
     assert describe(ValueError("fine")) == "fine"
 
 
-@pytest.mark.parametrize("result", [
-    {"x": float("nan")}, [float("inf")], object(), {"s": "a\x00b"}, ["\ud800"],
-    {"\udc00": 1}, "x" * (MAX_RESULT_BYTES + 1),
-])
-def test_results_no_database_takes_the_same_way_are_refused(result):
+def nested(depth: int) -> list:
+    """A list ``depth`` levels deep (the outer list counts)."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+class ReadFails(dict):
+    """A dict that raises when the encoder reads it, with ``self["why"]`` as the message."""
+
+    def items(self):
+        raise RuntimeError(self.get("why", "this mapping cannot be read"))
+
+
+class EvilName:
+    """Its module path holds what no database stores (NUL, a lone surrogate)."""
+
+
+EvilName.__module__ = "evil\x00\ud800"
+
+# result: (reason, type recorded in the marker, words in the message)
+UNSTORABLE = {
+    "nan": ({"x": float("nan")}, "not_json", "builtins.dict", "not JSON"),
+    "inf": ([float("inf")], "not_json", "builtins.list", "not JSON"),
+    "object": (object(), "not_json", "builtins.object", "not JSON"),
+    "set": ({1, 2}, "not_json", "builtins.set", "Object of type set is not JSON serializable"),
+    "int_5000_digits": (10**4999, "not_json", "builtins.int", "4300 digits"),
+    "unreadable": (ReadFails(a=1), "not_json", "tests.test_storable.ReadFails",
+                   "this mapping cannot be read"),
+    "nul": ({"s": "a\x00b"}, "bad_text", "builtins.dict", "NUL"),
+    "surrogate": (["\ud800"], "bad_text", "builtins.list", "lone surrogate"),
+    "surrogate_key": ({"\udc00": 1}, "bad_text", "builtins.dict", "lone surrogate"),
+    "deep_32": (nested(MAX_RESULT_DEPTH + 1), "too_deep", "builtins.list",
+                f"nested more than {MAX_RESULT_DEPTH} levels"),
+    "deep_40": ({"a": nested(39)}, "too_deep", "builtins.dict", "nested more than"),
+    "deep_5000": (nested(5000), "too_deep", "builtins.list", "nested more than"),
+    "huge": ("x" * (MAX_RESULT_BYTES + 1), "too_large", "builtins.str",
+             f"more than the {MAX_RESULT_BYTES} bytes allowed"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSTORABLE))
+def test_results_no_database_takes_the_same_way_are_refused(case):
+    result, *_ = UNSTORABLE[case]
     with pytest.raises(kathikon.UnstorableOutcome) as info:
         storable_result(result)
     assert str(info.value).startswith("the result cannot be stored")
+
+
+@pytest.mark.parametrize("case", list(UNSTORABLE))
+def test_an_unstorable_result_is_replaced_by_a_marker_that_says_why(case):
+    result, reason, kind, words = UNSTORABLE[case]
+    marker, error = result_or_marker(result)
+    assert isinstance(error, kathikon.UnstorableOutcome)
+    assert marker == {UNSTORED: {"reason": reason, "type": kind, "message": str(error)}}
+    assert reason in REASONS and words in str(error)
+    assert storable_result(marker) == marker  # the marker itself is stored on every database
+
+
+def test_the_marker_is_storable_whatever_the_result_and_its_error_say():
+    marker, _ = result_or_marker(EvilName())
+    assert marker[UNSTORED]["type"] == "evil\ufffd\ufffd.EvilName"
+    assert storable_result(marker) == marker
+    marker, _ = result_or_marker({"k": ReadFails(why="HEAD" + "x" * 100_000 + "TAIL")})
+    message = marker[UNSTORED]["message"]
+    assert len(message) <= MAX_MARKER_MESSAGE and message.endswith("TAIL)")
+    assert "characters cut" in message
+
+
+def test_results_nest_as_deep_as_args_and_no_deeper():
+    assert MAX_RESULT_DEPTH == MAX_JSON_DEPTH == 31  # one rule for what goes in and comes out
+    deepest = nested(MAX_RESULT_DEPTH)
+    assert storable_result(deepest) == deepest
+    assert result_or_marker(deepest) == (deepest, None)
+    brackets = ["[" * 40, {"{": "]" * 40}]  # brackets in strings are no nesting
+    assert storable_result(brackets) == brackets
 
 
 def test_storable_results_are_returned_as_stored():
     assert storable_result({"a": (1, 2), 3: "😀"}) == {"a": [1, 2], "3": "😀"}
     assert storable_result("a \\u0000 literal backslash") == "a \\u0000 literal backslash"
     assert storable_result(None) is None
+    assert result_or_marker({"a": (1, 2)}) == ({"a": [1, 2]}, None)
+    assert storable_result(10**300) == 10**300  # a long int that is JSON stays one
 
 
 def test_clamp_delay():

@@ -11,8 +11,11 @@ a serialization failure, a deadlock, "database is locked" — with backoff,
 until written or fenced off. A permanent error never holds up the batch: its
 jobs are written one by one, and the outcome of a job the database refuses
 for good becomes a failed attempt of kind ``kathikon.UnstorableOutcome``
-(retried by its worker's policy). A write that raises writes nothing, so a
-retry changes nothing twice; signals and batch callbacks follow the write.
+(retried by its worker's policy), except a completion whose result is refused:
+it is written again as completed, its result replaced by the marker of
+kathikon.storable (``perform``'s work is done; a retry would only repeat it).
+A write that raises writes nothing, so a retry changes nothing twice; signals
+and batch callbacks follow the write.
 
 If the process dies before a flush, those jobs are still ``running`` under
 this node and the lifeline rescues them: they run again, they are never lost.
@@ -31,7 +34,7 @@ from typing import TypeVar
 from django.db import connections
 
 from kathikon.backoff import failure_delay
-from kathikon.executor import Execution, announce, record, unstorable
+from kathikon.executor import Execution, announce, record, result_refused, unstorable
 from kathikon.storage import Ack, Acked, ack_jobs, is_transient, vendor
 
 logger = logging.getLogger("kathikon.runtime")
@@ -208,26 +211,40 @@ class Acker:
         return total
 
     def _replace(self, executions: list[Execution], index: int, exc: Exception) -> Acked:
-        """The database refuses this outcome for good: record a failed attempt instead."""
+        """The database refuses this outcome for good: record what still can be.
+
+        A completion whose result is refused stays a completion (``perform``'s work is
+        done), with the marker of kathikon.storable as its result; any other outcome, or
+        a completion refused even so, becomes a failed attempt.
+        """
         execution = executions[index]
-        logger.error("kathikon: the %s outcome of job %s (%s) cannot be stored (%s: %s); "
-                     "recording the attempt as failed (kathikon.UnstorableOutcome)",
-                     execution.kind, execution.job.id.hex, execution.job.worker,
-                     type(exc).__name__, str(exc)[:500])
         self.unstorable += 1
-        for detail in (True, False):  # without the database's words, as a last resort
-            replacement = unstorable(execution, exc, detail=detail)
+        replacements: list[Callable[[Execution, BaseException], Execution]] = [
+            partial(unstorable, detail=True),
+            partial(unstorable, detail=False),  # without the database's words: a last resort
+        ]
+        if execution.kind == "completed" and execution.ack.result is not None:
+            replacements.insert(0, result_refused)
+        last: Exception = exc
+        for replace in replacements:
+            replacement = replace(execution, exc)
             try:
                 acked = self._retrying(partial(record, [replacement]),
-                                       f"failure of job {execution.job.id.hex}")
+                                       f"{replacement.kind} outcome of job {execution.job.id.hex}")
             except Exception as again:
-                exc = again
+                last = again
                 continue
+            recorded = ("as completed without its result (kathikon.storable.UNSTORED)"
+                        if replacement.kind == "completed"
+                        else "the attempt as failed (kathikon.UnstorableOutcome)")
+            logger.error("kathikon: the %s outcome of job %s (%s) cannot be stored (%s: %s); "
+                         "recorded %s", execution.kind, execution.job.id.hex,
+                         execution.job.worker, type(exc).__name__, str(exc)[:500], recorded)
             executions[index] = replacement
             return acked
         logger.error("kathikon: not even the failure of job %s can be stored (%s: %s); it "
                      "stays running until this node stops and the lifeline rescues it",
-                     execution.job.id.hex, type(exc).__name__, str(exc)[:500])
+                     execution.job.id.hex, type(last).__name__, str(last)[:500])
         return Acked()
 
     def _retrying(self, write: Callable[[], T], what: str) -> T:

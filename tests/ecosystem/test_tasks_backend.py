@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 import kathikon
 from kathikon import compat, signals
+from kathikon.storable import UNSTORED
 from kathikon.testing import drain_queue
 from tests import workers as core_workers
 from tests.ecosystem import tasks
@@ -202,12 +204,16 @@ def test_the_worker_runtime_enforces_task_timeouts(transactional_db, task):
         acker.stop(5)
 
 
-def test_a_return_value_that_is_not_json_fails_the_task(db):
+def test_a_return_value_that_is_not_json_completes_the_task_with_the_marker(db):
+    """The task ran: it must not run again. SUCCESSFUL, its return value the job's result,
+    the marker that says why nothing was stored (issue 26)."""
     result = tasks.returns_object.using().enqueue()
-    with override_settings(KATHIKON={"MAX_ATTEMPTS": 1}):
-        drain_queue()
+    assert drain_queue().completed == 1
     result.refresh()
-    assert result.errors[0].exception_class_path == "builtins.TypeError"
+    assert (result.status, result.attempts, result.errors) == (Status.SUCCESSFUL, 1, [])
+    marker = {UNSTORED: {"reason": "not_json", "type": "builtins.object", "message": ANY}}
+    assert result.return_value == marker == kathikon.fetch(result.id).result
+    assert tasks.returns_object.get_result(result.id).return_value == marker
 
 
 def test_none_is_a_successful_return_value(db):

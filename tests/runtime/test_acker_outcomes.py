@@ -1,10 +1,12 @@
-"""The acker retries only what heals; a refused outcome becomes a failed attempt; a retried ack
+"""The acker retries only what heals; a refused outcome becomes a failed attempt (a refused
+result: a completion with the marker of kathikon.storable); a retried ack
 that holds a batch parent changes nothing twice. In-process, on every database."""
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+from unittest.mock import ANY
 
 import pytest
 from django.db import (
@@ -22,10 +24,12 @@ from kathikon.executor import record, run_job
 from kathikon.models import Job
 from kathikon.runtime import acker as acker_module
 from kathikon.runtime.acker import Acker
+from kathikon.storable import UNSTORED
 from kathikon.storage import is_transient
 from kathikon.storage.batches import AWAITING
 from kathikon.storage.errors import lost_a_race
 from tests import workers
+from tests.runtime.result_workers import nested
 
 from .conftest import connection_lost
 
@@ -159,19 +163,28 @@ def test_acker_writes_the_batch_around_an_outcome_the_database_refuses(transacti
     assert job.available_at < kathikon.fetch(offender.job.id).inserted_at + dt.timedelta(days=1)
 
 
-def test_acker_replaces_a_result_postgres_refuses(transactional_db, postgres_only):
+def test_acker_completes_a_job_whose_result_the_database_refuses(transactional_db,
+                                                                concurrent_db, caplog):
+    """The work is done: completed once more, the result replaced by the marker (issue 26)."""
     kathikon.insert_many([(workers.Succeed, {"n": i}) for i in range(3)])
     executions = [run_job(job) for job in claim_all()]
-    executions[1].ack.result = {"s": "a\x00b"}  # jsonb refuses \u0000 (built past the checks)
+    # Built past the checks: jsonb refuses \u0000, MariaDB's JSON_VALID 32 levels of nesting.
+    refused = {"s": "a\x00b"} if connection.vendor == "postgresql" else nested(40)
+    executions[1].ack.result = refused
     acker = Acker(max_backoff=0.05).start()
     for execution in executions:
         acker.add(execution)
     assert acker.stop(10)
     states = {e.job.id: kathikon.fetch(e.job.id) for e in executions}
-    assert [states[e.job.id].state for e in executions] == ["completed", "retryable",
-                                                            "completed"]
-    assert states[executions[1].job.id].errors[-1]["kind"] == "kathikon.UnstorableOutcome"
-    assert acker.unstorable == 1
+    assert [states[e.job.id].state for e in executions] == ["completed"] * 3
+    job = states[executions[1].job.id]
+    assert job.errors == [] and job.attempts == 1
+    type_path = "builtins.dict" if connection.vendor == "postgresql" else "builtins.list"
+    assert job.result == {UNSTORED: {"reason": "refused", "type": type_path, "message": ANY}}
+    assert job.result[UNSTORED]["message"].startswith("the database refused the result (")
+    assert acker.unstorable == 1 and acker.written == 3
+    (logged,) = [r.getMessage() for r in caplog.records if job.id.hex in r.getMessage()]
+    assert "recorded as completed without its result" in logged
 
 
 def test_acker_does_not_retry_a_permanent_error_forever(transactional_db, monkeypatch):

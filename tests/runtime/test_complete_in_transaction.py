@@ -12,6 +12,7 @@ from django.db import transaction
 import kathikon
 from kathikon import signals, storage
 from kathikon.executor import execute_job, run_job, settle
+from kathikon.jobspec import MAX_JSON_DEPTH
 from kathikon.models import Job
 from tests.runtime.completion_workers import (
     CommitThenRaise,
@@ -21,6 +22,7 @@ from tests.runtime.completion_workers import (
 )
 from tests.runtime.conftest import wait_until
 from tests.runtime.lifeline_workers import SlowRecorded
+from tests.runtime.result_workers import CompletesThenReturnsASet, nested, runs
 
 SETTINGS = {
     "HEARTBEAT_INTERVAL": 0.5,
@@ -101,6 +103,41 @@ def test_only_a_job_being_performed_can_complete_itself():
             kathikon.complete_in_transaction(claimed, unstorable)
         assert caught.value.key == "result"
     assert Job.objects.get(pk=job.id).state == "running"
+
+
+@pytest.mark.django_db(transaction=True)  # the completion really commits, after the refusals
+def test_a_result_deeper_than_args_may_nest_is_refused_and_the_transaction_goes_on():
+    """One rule for what is stored (issue 26, 6c): nested as deep as args may be and no
+    deeper, on every database (MariaDB's limit). A typed error raised before any SQL, so the
+    caller's transaction stays usable: it can still complete, and its writes commit."""
+    job = kathikon.insert(Effect, {})
+    claimed = storage.claim_jobs("default", 1, "n1")[0]
+    refused = [{"tree": nested(39)}, nested(MAX_JSON_DEPTH + 1), {1, 2}, 10**4999, ["\ud800"]]
+    with transaction.atomic():
+        kathikon.insert(Effect, {"of": job.id.hex})
+        for result in refused:
+            with pytest.raises(kathikon.InvalidJob) as caught:
+                kathikon.complete_in_transaction(claimed, result)
+            assert caught.value.key == "result"
+            assert str(caught.value).startswith("the result cannot be stored")
+        kathikon.complete_in_transaction(claimed, {"tree": nested(MAX_JSON_DEPTH - 1)})
+    stored = Job.objects.get(pk=job.id)
+    assert (stored.state, stored.result) == ("completed", {"tree": nested(MAX_JSON_DEPTH - 1)})
+    assert effects(job) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_perform_returns_after_completing_itself_is_neither_stored_nor_checked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    log = tmp_path / "runs"
+    job = kathikon.insert(CompletesThenReturnsASet, {"log": str(log)})
+    execution = execute_job(storage.claim_jobs("default", 1, "n1")[0])
+    stored = Job.objects.get(pk=job.id)
+    assert (execution.kind, stored.state, stored.attempts, stored.errors) == (
+        "completed", "completed", 1, [])
+    assert stored.result == {"completed": "in its transaction"}
+    assert runs(log) == {job.id.hex: 1}
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 @pytest.mark.slow
