@@ -1,4 +1,5 @@
-"""Internal: what every Kathikon admin shares — badges, time formatting, action plumbing."""
+"""Internal: what every Kathikon admin shares — badges, time formatting, input guards, and
+the action plumbing with its one permission rule."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin import helpers
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import BadRequest, PermissionDenied, ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -15,6 +21,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from kathikon import dashboard
+from kathikon.storage import reports
 
 # The admin counts each queue's jobs per state up to this many; above it the figure is the
 # planner's estimate (PostgreSQL), marked "≈", so the pages cost the same at 10M jobs.
@@ -62,11 +69,89 @@ class KathikonMedia:
     css = {"all": ["kathikon/admin.css"]}
 
 
-class ActionsMixin(admin.ModelAdmin):
-    """Action plumbing shared by the admins: destructive switch, 403s, result messages."""
+def refuse_unreadable(request: HttpRequest, *path_values: str | None) -> None:
+    """Answer 400 to a NUL byte (or a lone surrogate) anywhere in the request — the URL's
+    ids, the query string, the form — before anything reaches the database: no stored
+    value holds one, and PostgreSQL refuses NUL in text with an error (a 500)."""
+    values = [value for value in path_values if value is not None]
+    for data in [request.GET, request.POST] if request.method == "POST" else [request.GET]:
+        for key, items in data.lists():
+            values += [key, *items]
+    for value in values:
+        if not reports.comparable(value):
+            raise BadRequest(f"the request holds a NUL byte or a lone surrogate: {value!r:.80}")
+
+
+class DeclaredFiltersChangeList(ChangeList):
+    """A list filtered by its own filters only. Django also takes any lookup on any field
+    from the query string (``?args__contains=``, ``?worker__regex=(``), each a way to a
+    database error; a parameter no filter of the list reads answers 400."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        filters = super().get_filters(request)
+        unknown = sorted(filters[2])  # the lookups left over once every filter took its own
+        if unknown:
+            raise DisallowedModelAdminLookup(
+                f"Filtering by {', '.join(unknown)} not allowed: use the list's filters")
+        return filters
+
+
+class KathikonAdmin(admin.ModelAdmin):
+    """What every Kathikon admin page shares: bad input is answered 400, never a 500.
+
+    A NUL byte anywhere in a request, a lookup that is not one of the list's filters, a
+    filter value or page Django cannot read: each answers 400 Bad Request and changes
+    nothing (Django itself redirects to a "Database error" page for the last)."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return DeclaredFiltersChangeList
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        try:
+            return super().get_changelist_instance(request)
+        except IncorrectLookupParameters as exc:
+            raise BadRequest(f"bad filter value or page: {exc}") from exc
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any],
+                           search_term: str) -> tuple[QuerySet[Any], bool]:
+        # The list's search form refuses NUL itself; the autocomplete view does not.
+        if not reports.comparable(search_term):
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        refuse_unreadable(request)
+        return super().changelist_view(request, extra_context)
+
+    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
+                        form_url: str = "", extra_context: Any = None) -> HttpResponse:
+        refuse_unreadable(request, object_id)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request: HttpRequest, object_id: str,
+                    extra_context: Any = None) -> HttpResponse:
+        refuse_unreadable(request, object_id)
+        return super().delete_view(request, object_id, extra_context)
+
+    def history_view(self, request: HttpRequest, object_id: str,
+                     extra_context: Any = None) -> HttpResponse:
+        refuse_unreadable(request, object_id)
+        return super().history_view(request, object_id, extra_context)
+
+
+class ActionsMixin(KathikonAdmin):
+    """Action plumbing shared by the admins: one permission rule, 403s, result messages."""
 
     def destructive(self) -> bool:
         return dashboard.destructive_allowed()
+
+    def may(self, request: HttpRequest, permission: str) -> bool:
+        """The rule for every action, whether a list action, a button or its own view:
+        destructive actions allowed, the model's view permission (Django's: ``view_<model>``
+        or ``change_<model>``) and the action's own ``kathikon.<permission>``. Without the
+        view permission the list's actions answer 403, so every other way in does too."""
+        return (self.destructive() and self.has_view_permission(request)
+                and request.user.has_perm(f"kathikon.{permission}"))
 
     def known_actions(self) -> set[str]:
         return {getattr(action, "__name__", str(action)) for action in self.actions or ()}
@@ -77,7 +162,17 @@ class ActionsMixin(admin.ModelAdmin):
         name = request.POST.get("action") if request.method == "POST" else None
         if name and name in self.known_actions() and name not in self.get_actions(request):
             raise PermissionDenied(f"you may not run the action {name!r}")
+        if name:
+            self.refuse_bad_selection(request)
         return super().changelist_view(request, extra_context)
+
+    def refuse_bad_selection(self, request: HttpRequest) -> None:
+        """400 for a ticked id that is not one (Django's filter on it raises a 500)."""
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                self.opts.pk.to_python(value)
+            except ValidationError:
+                raise BadRequest(f"not a {self.opts.verbose_name} id: {value!r:.80}") from None
 
     def report_result(self, request: HttpRequest, result: dashboard.ActionResult, done: str,
                       todo: str, noun: str = "job") -> None:
@@ -106,7 +201,7 @@ def pre(value: Any) -> SafeString:
 
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(KathikonAdmin):
     Media = KathikonMedia
 
     def has_add_permission(self, request: HttpRequest) -> bool:

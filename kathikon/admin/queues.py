@@ -14,7 +14,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import path, reverse
 
 from kathikon import dashboard, report
-from kathikon.admin.common import COUNT_CAP, ActionsMixin, KathikonMedia, age, badge
+from kathikon.admin.common import (
+    COUNT_CAP,
+    ActionsMixin,
+    DeclaredFiltersChangeList,
+    KathikonMedia,
+    age,
+    badge,
+)
 from kathikon.conf import MAX_CONCURRENCY
 from kathikon.exceptions import KathikonError
 from kathikon.models import Queue
@@ -35,7 +42,7 @@ class QueueAdmin(ActionsMixin):
         return False
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return self.destructive() and request.user.has_perm("kathikon.pause_queue")
+        return self.may(request, "pause_queue")
 
     def summaries(self, request: HttpRequest) -> dict[str, report.QueueSummary]:
         cached = getattr(request, "_kathikon_queue_summary", None)
@@ -46,7 +53,7 @@ class QueueAdmin(ActionsMixin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The concurrency override changes what every node runs: a destructive action.
-        return self.destructive() and super().has_change_permission(request, obj)
+        return self.may(request, "change_queue")
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         context = {"can_pause_all": self.has_pause_permission(request), **(extra_context or {})}
@@ -143,7 +150,7 @@ class QueueAdmin(ActionsMixin):
         return HttpResponseRedirect(reverse("admin:kathikon_queue_changelist"))
 
 
-class QueueChangeList(ChangeList):
+class QueueChangeList(DeclaredFiltersChangeList):
     """The queue rows, plus an unsaved row for each queue known only from settings or jobs."""
 
     def get_results(self, request: HttpRequest) -> None:

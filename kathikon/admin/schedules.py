@@ -42,7 +42,7 @@ class CronScheduleAdmin(ActionsMixin):
         return False
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return self.destructive() and request.user.has_perm("kathikon.pause_cronschedule")
+        return self.may(request, "pause_cronschedule")
 
     @admin.display(description="worker")
     def worker_name(self, schedule: CronSchedule) -> SafeString:

@@ -12,6 +12,7 @@ and ``kathikon_job_done``, with each state written out as a constant.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from collections.abc import Iterable
 from contextlib import nullcontext
@@ -353,6 +354,8 @@ def matching(column: str, value: str) -> Q:
     """
     if column not in ("queue", "worker"):
         raise ValueError(f"no index-shaped filter for {column!r}")
+    if not comparable(value):
+        return Q(pk__in=[])  # no stored name holds it; Django runs no query for this
     bare = Q(**{column: value})
     if not vendor.is_postgres():
         return bare
@@ -367,6 +370,15 @@ def matching(column: str, value: str) -> Q:
 
 #: At most this many queues are named in a worker filter (see ``matching``).
 QUEUE_LIST_CAP = 200
+
+# PostgreSQL refuses NUL in text (DataError), and no driver encodes a lone surrogate.
+_UNCOMPARABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def comparable(text: str) -> bool:
+    """Whether ``text`` can be sent to every database in a comparison: no NUL byte and no
+    lone surrogate, which no stored text holds, so a lookup with one can only match nothing."""
+    return _UNCOMPARABLE.search(text) is None
 
 
 def estimated_job_count() -> int | None:
