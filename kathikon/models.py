@@ -258,6 +258,10 @@ class Node(models.Model):
         RUNNING = "running", "Running"
         STOPPING = "stopping", "Stopping"
         STOPPED = "stopped", "Stopped"
+        # Set by a lifeline once the heartbeat is older than RESCUE_AFTER; unlike stopped it
+        # frees nothing (its jobs are still charged as a crash's) and the node's own next
+        # heartbeat, if it was only frozen, makes it running again.
+        CRASHED = "crashed", "Crashed"
 
     name = models.CharField(max_length=255, primary_key=True)
     hostname = models.CharField(max_length=255, blank=True, default="")

@@ -21,7 +21,8 @@ class NodeAdmin(ReadOnlyAdmin):
     def status_display(self, node: Node) -> SafeString:
         if node.status == Node.Status.RUNNING and self.stale(node):
             return badge("silent", "#cf222e")
-        colours = {"running": "#2da44e", "stopping": "#bf8700", "stopped": "#57606a"}
+        colours = {"running": "#2da44e", "stopping": "#bf8700", "stopped": "#57606a",
+                   "crashed": "#cf222e"}
         return badge(node.status, colours.get(node.status, "#57606a"))
 
     @admin.display(description="queues")

@@ -9,7 +9,9 @@ attempts, with an error entry of kind ``kathikon.NodeVanished`` naming the node.
 The write is fenced on the job's lease, and candidates are locked with
 ``SKIP LOCKED``, so lifelines on many nodes rescue each job exactly once and a
 node that wakes up later cannot overwrite the rescue. Parents of open batches
-are left alone. See ``docs/reliability.md``.
+are left alone. Then the silent nodes themselves are recorded as ``crashed``
+(once each, with a warning), so their rows no longer say ``running``; that
+changes no rescue (see kathikon.storage.nodes). See ``docs/reliability.md``.
 
 Signals: ``job_rescued(sender=worker class, job, node=<vanished node>, state)``.
 """
@@ -17,12 +19,16 @@ Signals: ``job_rescued(sender=worker class, job, node=<vanished node>, state)``.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from typing import Any
 
 from kathikon import conf, storage
 from kathikon.runtime.service import PeriodicService
+from kathikon.storage.nodes import mark_nodes_crashed
 from kathikon.storage.rescue import Rescued
+
+logger = logging.getLogger("kathikon.runtime")
 
 
 class Lifeline(PeriodicService):
@@ -67,9 +73,20 @@ class Lifeline(PeriodicService):
         while True:
             batch = storage.rescue_jobs(cutoff, rescuer=self.node, now=now, limit=self.limit)
             rescued.extend(batch)
-            if len(batch) < self.limit or self.stopping:
-                _check_batches(rescued)
-                return rescued
+            if len(batch) < self.limit:
+                self._mark_crashed(cutoff)
+                break
+            if self.stopping:
+                break
+        _check_batches(rescued)
+        return rescued
+
+    def _mark_crashed(self, cutoff: dt.datetime) -> None:
+        """After the rescue of their jobs (marked first, they would be rescued and charged
+        alike: silence is judged by ``heartbeat_at``), the silent nodes say ``crashed``."""
+        for name in mark_nodes_crashed(cutoff):
+            logger.warning("kathikon node %s silent for more than %gs (RESCUE_AFTER): "
+                           "recorded as crashed by %s", name, self.rescue_after, self.node)
 
 
 def _check_batches(rescued: list[Rescued]) -> None:

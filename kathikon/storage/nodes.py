@@ -12,6 +12,14 @@ while it still carries that token, so a process whose name was taken over (it
 was frozen past ``RESCUE_AFTER`` and another process took the name) learns so
 from its next heartbeat (:class:`NodeSuperseded`) and never marks the new
 holder stopped.
+
+A node silent for longer than ``RESCUE_AFTER`` is recorded as ``crashed`` by a
+lifeline (:func:`mark_nodes_crashed`), after its jobs were rescued. That status is
+what people read (admin, reports); it changes nothing the rescue decides: silence
+is still judged by ``heartbeat_at``, and a crash is still charged as one (only
+``stopped`` rescues without blame). A node that was only frozen keeps its row
+(same ``instance``): its next heartbeat makes it ``running`` again, as a process
+whose name was taken over meanwhile learns that it was superseded.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, OperationalError
-from django.db.models import DateTimeField, Q
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.db.models.expressions import Func
 
 from kathikon.exceptions import NodeNameInUse, NodeSuperseded
@@ -141,7 +149,7 @@ def heartbeat(name: str, *, at: dt.datetime | None = None,
     With ``instance``, only a row this process still holds is stamped: a row taken
     over by another process raises :class:`NodeSuperseded`.
     """
-    if _held(name, instance).update(heartbeat_at=_stamp(at)):
+    if _held(name, instance).update(heartbeat_at=_stamp(at), status=_REVIVED):
         return True
     if instance:
         holder = _nodes().filter(name=name).first()
@@ -156,6 +164,26 @@ def heartbeat(name: str, *, at: dt.datetime | None = None,
             **create, "instance": instance, "status": Node.Status.RUNNING,
             "started_at": stamp, "heartbeat_at": stamp})
     return False
+
+
+# A heartbeat from a node recorded as crashed: it was only frozen, and lives (one statement).
+_REVIVED = Case(When(status=Node.Status.CRASHED, then=Value(Node.Status.RUNNING)),
+                default=F("status"))
+
+
+def mark_nodes_crashed(cutoff: dt.datetime) -> list[str]:
+    """Record as ``crashed`` the nodes not stopped whose heartbeat is older than ``cutoff``
+    (database clock); returns their names. Rows a heartbeat holds are skipped: they live."""
+    live = (Node.Status.RUNNING, Node.Status.STOPPING)
+    with vendor.atomic():
+        rows = _nodes().filter(status__in=live, heartbeat_at__lt=cutoff)
+        if vendor.vendor() != "sqlite":  # SQLite's single writer serialises this already
+            rows = rows.select_for_update(skip_locked=True)
+        names = list(rows.order_by("name").values_list("name", flat=True))
+        if names:  # the same test again: the UPDATE matches exactly the rows locked
+            _nodes().filter(name__in=names, status__in=live, heartbeat_at__lt=cutoff).update(
+                status=Node.Status.CRASHED)
+    return names
 
 
 def set_node_queues(name: str, queues: Mapping[str, int], *, instance: str = "") -> bool:

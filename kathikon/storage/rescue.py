@@ -25,8 +25,10 @@ name a new process took over, *crashed*: one of its jobs may have taken it down
   ``CRASH_LIMIT`` such crashes, or its last attempt, it is ``dead``.
 
 A node recorded as ``stopped`` exited on purpose: its leftovers get their attempt
-back and nobody is blamed. A job held under a name with no node row (an external
-runner's ``claim()``) has used its attempt, as before.
+back and nobody is blamed. A node the lifeline recorded as ``crashed`` (silent past
+``RESCUE_AFTER``, see ``storage.nodes``) is judged by its heartbeat like any silent
+node: its jobs are a crash's, charged as above. A job held under a name with no node
+row (an external runner's ``claim()``) has used its attempt, as before.
 
 Rescue is fenced like every write after a claim: the UPDATE matches only while
 the job is still executing under the ``lease`` that was read, so a job that

@@ -170,6 +170,29 @@ def test_a_quarantined_job_left_at_a_clean_stop_stays_a_suspect(clock: Clock):
 
 
 @pytest.mark.django_db
+def test_a_node_recorded_as_crashed_is_charged_as_a_crash_not_as_a_clean_stop(clock: Clock):
+    """The lifeline records a silent node as crashed (issue 26, 6b); jobs still held in its
+    name (one claimed as it woke, say) are charged as a crash's, never as a stopped node's."""
+    poison = kathikon.insert(workers.Succeed, {})
+    claim("w1", 1)
+    crash("w1", clock)
+    assert claim_suspect(["default"], node("w2", clock)) is not None  # running alone
+    neighbour = kathikon.insert(workers.Succeed, {})
+    (beside,) = storage.claim_jobs("default", 1, node("w3", clock))
+    silent = clock.at - dt.timedelta(seconds=RESCUE_AFTER + 5)
+    Node.objects.filter(name__in=["w2", "w3"]).update(heartbeat_at=silent, status="crashed")
+    rescued = Lifeline("rescuer", clock=clock, rescue_after=RESCUE_AFTER).run_once()
+    assert {r.job.id for r in rescued} == {poison.id, beside.id}
+    row = fresh(poison)  # the culprit: it ran alone
+    assert (row.state, row.crashes, row.attempts, row.suspect) == ("retryable", 1, 1, True)
+    assert row.errors[-1]["kind"] == CRASH_KIND
+    assert "node w2 stopped heartbeating" in row.errors[-1]["message"]
+    row = fresh(neighbour)  # beside others: a suspect, its attempt back
+    assert (row.state, row.crashes, row.attempts, row.suspect) == ("retryable", 0, 0, True)
+    assert row.errors[-1]["kind"] == ERROR_KIND
+
+
+@pytest.mark.django_db
 def test_suspects_of_a_paused_or_other_queue_are_not_claimed(clock: Clock):
     kathikon.insert(workers.Succeed, {}, queue="emails")
     storage.claim_jobs("emails", 1, node("w1", clock))

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 import kathikon
 from kathikon import signals, storage
-from kathikon.models import Batch, Job, JobEvent
+from kathikon.exceptions import NodeSuperseded
+from kathikon.models import Batch, Job, JobEvent, Node
 from kathikon.runtime.lifeline import Lifeline
 from kathikon.storage.acks import Ack
 from kathikon.storage.quarantine import claim_suspect
@@ -288,3 +289,116 @@ def test_the_lifeline_starts_after_the_settling_time_and_heartbeats_never_back_o
     heartbeat = Heartbeat("n")
     heartbeat.failures = 10
     assert heartbeat._next_delay() == 2
+
+
+# -- the silent node's own row (issue 26, 6b) ------------------------------------------------
+
+def status(name: str) -> str:
+    return Node.objects.get(name=name).status
+
+
+@pytest.mark.django_db
+def test_a_silent_node_is_recorded_as_crashed_once_its_jobs_are_rescued(
+        lifeline: Lifeline, clock: Clock, caplog: pytest.LogCaptureFixture):
+    node("dead", clock, silent_for=RESCUE_AFTER + 5)
+    node("idle", clock, silent_for=3600)  # silent, holding nothing: crashed all the same
+    node("leaving", clock, silent_for=3600)
+    storage.mark_node_stopping("leaving")  # died in its graceful shutdown
+    node("gone", clock, silent_for=3600)
+    storage.mark_node_stopped("gone")  # exited: stays stopped
+    node("alive", clock, silent_for=RESCUE_AFTER - 5)
+    lost = held("dead", 2)
+    kept = held("alive")
+
+    rescued = lifeline.run_once()
+
+    assert {r.job.id for r in rescued} == {job.id for job in lost}
+    assert {name: status(name) for name in ("dead", "idle", "leaving", "gone", "alive")} == {
+        "dead": "crashed", "idle": "crashed", "leaving": "crashed", "gone": "stopped",
+        "alive": "running"}
+    assert state(kept[0]) == "running"
+    for job in lost:  # charged as a crash, as before: the mark came after, and changes nothing
+        row = Job.objects.get(id=job.id)
+        assert (row.state, row.attempts, row.suspect, row.crashes) == ("retryable", 0, True, 0)
+        assert "node dead stopped heartbeating" in row.errors[-1]["message"]
+    marked = [r.getMessage() for r in caplog.records if "recorded as crashed" in r.getMessage()]
+    assert sorted(m.split()[2] for m in marked) == ["dead", "idle", "leaving"]
+    assert all(m.endswith("by rescuer") for m in marked)
+    caplog.clear()
+    assert lifeline.run_once() == []
+    assert not [r for r in caplog.records if "recorded as crashed" in r.getMessage()]  # once
+
+
+@pytest.mark.django_db
+def test_a_frozen_node_recorded_as_crashed_beats_running_again(lifeline: Lifeline,
+                                                                clock: Clock):
+    storage.register_node("frozen", "host", 1, {"default": 5}, instance="i1",
+                          at=clock.at - dt.timedelta(seconds=3600))
+    (job,) = held("frozen")
+    assert [r.job.id for r in lifeline.run_once()] == [job.id]
+    assert status("frozen") == "crashed"
+    # It wakes up: still its row (same instance), so its heartbeat says it lives again.
+    assert storage.heartbeat("frozen", instance="i1", at=clock.at)
+    row = Node.objects.get(name="frozen")
+    assert (row.status, row.heartbeat_at) == ("running", clock.at)
+    assert lifeline.run_once() == [] and status("frozen") == "running"
+    # Its late ack of the rescued job is refused, as before.
+    assert storage.ack_jobs([Ack(job, "completed")]) == set()
+    # A crashed name another process took over: the old process learns it was superseded.
+    Node.objects.filter(name="frozen").update(
+        status="crashed", heartbeat_at=clock.at - dt.timedelta(seconds=3600))
+    storage.register_node("frozen", "host", 2, {"default": 5}, instance="i2",
+                          exclusive_after=RESCUE_AFTER)
+    assert status("frozen") == "running"
+    with pytest.raises(NodeSuperseded):
+        storage.heartbeat("frozen", instance="i1")
+    assert Node.objects.get(name="frozen").instance == "i2"
+
+
+@pytest.mark.django_db
+def test_a_crashed_node_stops_like_any_other_and_its_name_is_free(lifeline: Lifeline,
+                                                                 clock: Clock):
+    node("frozen", clock, silent_for=3600)
+    lifeline.run_once()
+    assert status("frozen") == "crashed"
+    assert [n.name for n in storage.stale_nodes(clock.at)] == ["frozen"]
+    assert storage.mark_node_stopping("frozen") and status("frozen") == "stopping"
+    assert storage.mark_node_stopped("frozen") and status("frozen") == "stopped"
+
+
+@pytest.mark.django_db
+def test_after_a_database_outage_no_silent_node_is_recorded_as_crashed(clock: Clock):
+    node("everybody", clock, silent_for=3600)
+    lifeline = Lifeline("rescuer", clock=clock, rescue_after=RESCUE_AFTER, settle_after=30)
+    lifeline.failures = 1
+    assert lifeline.run_once() == []
+    assert status("everybody") == "running"  # it may heartbeat again any moment
+    lifeline.failures, lifeline._quiet_until = 0, 0.0
+    lifeline.run_once()
+    assert status("everybody") == "crashed"
+
+
+@pytest.mark.django_db
+def test_the_admin_and_kathikon_ops_show_a_crashed_node_for_what_it_is(
+        lifeline: Lifeline, clock: Clock, admin_client: Any):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    def page() -> str:
+        return admin_client.get(reverse("admin:kathikon_node_changelist")).content.decode()
+
+    def summary() -> str:
+        out = StringIO()
+        call_command("kathikon_ops", "summary", stdout=out, stderr=StringIO())
+        return out.getvalue()
+
+    node("frozen", clock, silent_for=3600)
+    kathikon.insert(workers.Succeed, {})
+    lifeline.run_once()
+    assert ">crashed</span>" in page() and ">silent</span>" not in page()
+    assert "queue default: not served by any live worker" in summary()
+    storage.heartbeat("frozen")  # it was only frozen (database clock: live again)
+    assert ">running</span>" in page() and ">crashed</span>" not in page()
+    assert "queue default: not served" not in summary()

@@ -14,7 +14,7 @@ import pytest
 
 import kathikon
 from kathikon import storage
-from kathikon.models import Job, JobEvent
+from kathikon.models import Job, JobEvent, Node
 from kathikon.storage.rescue import ERROR_KIND
 from tests.runtime.conftest import wait_until
 from tests.runtime.lifeline_workers import SlowRecorded, executions
@@ -52,6 +52,10 @@ def started_by(log: Path, node: str) -> bool:
 
 def all_completed(count: int) -> bool:
     return storage.count_by_state()["completed"] == count
+
+
+def node_status(name: str) -> str:
+    return Node.objects.get(name=name).status
 
 
 def snapshot() -> dict[str, tuple[Any, ...]]:
@@ -96,6 +100,9 @@ def test_kill_9_of_one_worker_of_three_rescues_its_jobs_only(worker_processes: A
         assert job.state == "completed" and job.attempted_by in ("w1", "w2")
         assert [e["kind"] for e in job.errors] == [ERROR_KIND]
         assert "node w0" in job.errors[0]["message"]
+    # Its row no longer says running: a lifeline recorded it as crashed (issue 26, 6b).
+    assert node_status("w0") == "crashed"
+    assert node_status("w1") == node_status("w2") == "running"
     rescue_seconds = max((event.at - killed_at).total_seconds() for event in rescues)
     sys.stderr.write(f"\nrescue time after kill -9: {rescue_seconds:.2f}s "
                      f"(RESCUE_AFTER={RESCUE_AFTER}s, HEARTBEAT_INTERVAL={HEARTBEAT_INTERVAL}s)\n")
@@ -117,8 +124,12 @@ def test_a_worker_frozen_past_rescue_after_has_its_late_acks_refused(worker_proc
         wait_until(lambda: all_completed(len(ids)), timeout=RESCUE_AFTER + 20,
                    message="every job to complete while w0 is frozen")
         before = snapshot()
+        assert node_status("w0") == "crashed"  # recorded by w1's lifeline (issue 26, 6b)
     finally:
         frozen.signal_group(signal.SIGCONT)
+    # It was only frozen: its own next heartbeat says it runs again (it was not taken over).
+    wait_until(lambda: node_status("w0") == "running", timeout=15,
+               message="w0's heartbeat after the freeze")
 
     # Awake again: its jobs finish their sleep and it acknowledges them, too late.
     wait_until(lambda: all(any(r[0] == job and r[1] == "w0" and r[3] == "end"
@@ -126,6 +137,7 @@ def test_a_worker_frozen_past_rescue_after_has_its_late_acks_refused(worker_proc
                timeout=15, message="w0's frozen jobs to return")
     frozen.signal(signal.SIGTERM)  # a graceful exit flushes every pending acknowledgement
     assert frozen.wait(timeout=15) == 0
+    assert node_status("w0") == "stopped"
 
     assert snapshot() == before  # the late acknowledgements changed nothing
     output = frozen.log()
