@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "RESCUE_AFTER": 60,
     "SHUTDOWN_GRACE_PERIOD": 30,
     "CRON": [],
+    # A job whose worker class this process cannot import goes back to its queue for this
+    # long after its insert (a rolling deploy: a newer worker knows it); 0: dead at once.
+    "UNKNOWN_WORKER_GRACE": 600,
     # Beyond SPEC §2 (documented in docs/settings.md):
     "LISTEN_DATABASE": None,  # a direct (non-PgBouncer) alias for LISTEN; None = DATABASE
     "ALLOW_DESTRUCTIVE_ACTIONS": True,  # dashboard/ops retry, cancel, rerun, pause, prune
@@ -91,11 +94,11 @@ def _problems(raw: Any) -> list[Problem]:
             found.append(Problem("kathikon.E004", f"KATHIKON[{key!r}] must be a number of "
                                  f"seconds > 0 and at most {MAX_SECONDS} (about 100 years), "
                                  f"not {shown(values[key])}.", "Give a duration in seconds."))
-    grace = values["SHUTDOWN_GRACE_PERIOD"]
-    if not _duration(grace):
-        found.append(Problem("kathikon.E004", "KATHIKON['SHUTDOWN_GRACE_PERIOD'] must be a "
-                             f"number of seconds from 0 to {MAX_SECONDS} (about 100 years), "
-                             f"not {shown(grace)}.", "Give a duration in seconds."))
+    for key in ("SHUTDOWN_GRACE_PERIOD", "UNKNOWN_WORKER_GRACE"):
+        if not _duration(values[key]):
+            found.append(Problem("kathikon.E004", f"KATHIKON[{key!r}] must be a number of "
+                                 f"seconds from 0 to {MAX_SECONDS} (about 100 years), "
+                                 f"not {shown(values[key])}.", "Give a duration in seconds."))
     attempts = values["MAX_ATTEMPTS"]
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts < 2**31:
         found.append(Problem("kathikon.E005", "KATHIKON['MAX_ATTEMPTS'] must be an int in "
@@ -303,6 +306,10 @@ def rescue_after() -> float:
 
 def shutdown_grace_period() -> float:
     return float(get()["SHUTDOWN_GRACE_PERIOD"])
+
+
+def unknown_worker_grace() -> float:
+    return float(get()["UNKNOWN_WORKER_GRACE"])
 
 
 def cron() -> list[dict[str, Any]]:

@@ -62,9 +62,11 @@ from kathikon.workers import Discard, Retry, Snooze, Worker
 
 logger = logging.getLogger("kathikon")
 
+UNKNOWN_WORKER_RETRY = 5.0  # seconds between looks for a worker that knows a job's class
+
 __all__ = ["Execution", "Executor", "JobTimeout", "Plan", "announce", "call_perform",
            "conclude", "execute_job", "fail_job", "is_async_worker", "job_timeout", "record",
-           "result_refused", "run_job", "settle", "unstorable"]
+           "result_refused", "run_job", "settle", "unknown_worker", "unstorable"]
 
 
 @dataclass(slots=True)
@@ -72,7 +74,7 @@ class Execution:
     """One run of a job: what happened, and the ack that records it."""
 
     job: Job
-    kind: str  # completed | failed | discarded | snoozed
+    kind: str  # completed | failed | discarded | snoozed | deferred (unknown worker, for now)
     ack: Ack
     worker: type[Worker]
     exception: BaseException | None = None
@@ -100,7 +102,15 @@ class Executor:
     Stateless: one instance serves every thread. Whatever ``perform`` raises,
     ``BaseException`` included, is the attempt's outcome; a transaction it
     left open is rolled back and fails the attempt.
+
+    ``unknown_worker_grace`` (seconds; the runtime passes ``UNKNOWN_WORKER_GRACE``): a
+    job whose worker class cannot be imported here goes back to its queue, its attempt
+    not counted, until it is that old, since a newer worker process may know the class
+    (a rolling deploy). 0, the default of in-process runs and tests: dead at once.
     """
+
+    def __init__(self, *, unknown_worker_grace: float = 0.0) -> None:
+        self.unknown_worker_grace = unknown_worker_grace
 
     def plan(self, job: Job) -> Plan:
         """Resolve the worker class and its limit for ``job`` (never raises)."""
@@ -129,7 +139,8 @@ class Executor:
             return fail_job(job, plan.error)
         depths = None if owns_thread else hygiene.atomic_depths()
         try:
-            execution = run_job(job, timeout=plan.timeout)
+            execution = run_job(job, timeout=plan.timeout,
+                                unknown_worker_grace=self.unknown_worker_grace)
         except BaseException as exc:  # SystemExit & co. from perform: the attempt's outcome
             execution = fail_job(job, exc, duration=_since(started))
         aliases = hygiene.roll_back_left_open(depths, TransactionLeftOpen(),
@@ -167,17 +178,15 @@ def execute_job(job: Job) -> Execution:
     return settle([Executor().run(job)])[0]
 
 
-def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Execution:
+def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None,
+            unknown_worker_grace: float = 0.0) -> Execution:
     """Call the worker's ``perform`` and classify the outcome (writes nothing)."""
     started = time.perf_counter()
     queue_time = _queue_time(job)
     try:
         _, cls = worker_class(job.worker)
     except KathikonError as exc:
-        # str(exc) already reads "unknown worker '…': why"
-        error = _error(job, exc, kind="kathikon.UnknownWorker", message=str(exc))
-        return Execution(job, "discarded", Ack(job, JobState.DEAD, error=error), Worker, exc,
-                         0.0, queue_time)
+        return unknown_worker(job, exc, queue_time, grace=unknown_worker_grace)
     signals.send(signals.job_started, cls, job=job, queue_time=queue_time)
     worker = cls()
     # Batch.open() inside perform records its batch here: the parent's outcome then holds it
@@ -203,6 +212,23 @@ def run_job(job: Job, *, timeout: float | None = None, invoke: Any = None) -> Ex
             return _failed(job, worker, exc, started, queue_time)
     ack = Ack(job, JobState.COMPLETED, result=result, hold_parent=bool(running.open_batches))
     return Execution(job, "completed", ack, cls, None, _since(started), queue_time)
+
+
+def unknown_worker(job: Job, exc: KathikonError, queue_time: float, *,
+                   grace: float) -> Execution:
+    """The job's worker class cannot be imported here. Younger than ``grace``: back to its
+    queue in a few seconds, attempt not counted (a newer worker may know the class);
+    older: dead with ``kathikon.UnknownWorker`` (renamed or removed)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    age = (now - job.inserted_at).total_seconds() if job.inserted_at else grace
+    if age < grace:
+        ack = Ack(job, JobState.AVAILABLE, delay=min(UNKNOWN_WORKER_RETRY, grace - age),
+                  restore_attempt=True)
+        return Execution(job, "deferred", ack, Worker, exc, 0.0, queue_time)
+    # str(exc) already reads "unknown worker '…': why"
+    error = _error(job, exc, kind="kathikon.UnknownWorker", message=str(exc))
+    return Execution(job, "discarded", Ack(job, JobState.DEAD, error=error), Worker, exc,
+                     0.0, queue_time)
 
 
 def fail_job(job: Job, exc: BaseException, *, duration: float = 0.0) -> Execution:
@@ -379,6 +405,8 @@ def _delay(seconds: object, default: float) -> float:
 
 def _send_outcome(execution: Execution) -> None:
     job, cls = execution.job, execution.worker
+    if execution.kind == "deferred":
+        return  # not an outcome: the job waits for a worker that knows its class
     common = {"job": job, "duration": execution.duration, "queue_time": execution.queue_time}
     if execution.kind == "completed":
         signals.send(signals.job_completed, cls, result=job.result, **common)

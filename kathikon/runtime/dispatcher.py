@@ -46,6 +46,7 @@ from django.db import connections
 
 from kathikon import signals
 from kathikon.backoff import failure_delay
+from kathikon.executor import Executor
 from kathikon.limits import Limits
 from kathikon.models import Job, Queue
 from kathikon.runtime.acker import Acker
@@ -74,14 +75,16 @@ class Dispatcher:
 
     def __init__(self, queue: str, concurrency: int, node: str, acker: Acker, *,
                  poll_interval: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                 claim: Claim = claim_jobs, pool: ExecutorPool | None = None) -> None:
+                 claim: Claim = claim_jobs, pool: ExecutorPool | None = None,
+                 executor: Executor | None = None) -> None:
         self.queue = queue
         self.node = node
         self.acker = acker
         self.poll_interval = poll_interval
         self.clock = clock
         self.claim = claim
-        self.pool = pool or ExecutorPool(queue, concurrency, acker, clock=clock)
+        self.pool = pool or ExecutorPool(queue, concurrency, acker, clock=clock,
+                                         executor=executor)
         self.pool.on_freed = self._freed
         self.claimed = 0     # jobs claimed since start
         self.failures = 0    # consecutive failed claims

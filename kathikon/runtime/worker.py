@@ -38,7 +38,7 @@ from django.db import DatabaseError, InterfaceError, connections
 from kathikon import conf, signals, storage
 from kathikon.backoff import failure_delay
 from kathikon.exceptions import InvalidQueue, NodeNameInUse, NodeSuperseded, NotMigrated
-from kathikon.executor import Execution
+from kathikon.executor import Execution, Executor
 from kathikon.limits import Limits
 from kathikon.limits import merged as merged_limits
 from kathikon.models import Node
@@ -92,6 +92,8 @@ class WorkerProcess:
         self.dispatchers: dict[str, Dispatcher] = {}
         self.services: list[Any] = []
         self.acker = Acker(on_settled=self._settled)
+        self.executor = Executor(unknown_worker_grace=conf.unknown_worker_grace())
+        self.unknown_workers: set[str] = set()  # worker paths logged as unknown here
         self.quarantine = Quarantine(self.node, check_every=self.poll_interval)
         self.listener: Listener | None = None
         self.started = threading.Event()
@@ -212,7 +214,7 @@ class WorkerProcess:
 
     def _add_dispatcher(self, name: str, concurrency: int) -> None:
         dispatcher = Dispatcher(name, concurrency, self.node, self.acker,
-                                poll_interval=self.poll_interval)
+                                poll_interval=self.poll_interval, executor=self.executor)
         dispatcher.limits = self._queue_flow_of(name, storage.queue_rows())
         if self.quarantine.job is not None or self.quarantine.draining:
             dispatcher.hold(True)
@@ -424,6 +426,9 @@ class WorkerProcess:
             if not execution.written:
                 continue
             job = execution.job
+            if execution.kind == "deferred":
+                self._unknown_worker(execution)
+                continue
             if execution.kind == "completed":
                 self.completed += 1
                 if logger.isEnabledFor(logging.DEBUG):  # kathikon_worker -v 2
@@ -444,6 +449,19 @@ class WorkerProcess:
             dispatcher = self.dispatchers.get(job.queue)
             if retry_in is not None and dispatcher is not None and retry_in < soon.total_seconds():
                 dispatcher.wake_at(time.monotonic() + max(0.0, retry_in))
+
+    def _unknown_worker(self, execution: Execution) -> None:
+        """Say once per worker path, not once per job and poll, that this process holds back
+        jobs whose class it cannot import (a newer release enqueued them, most likely)."""
+        path = execution.job.worker
+        if path in self.unknown_workers:
+            return
+        self.unknown_workers.add(path)
+        logger.warning("kathikon worker %s cannot run jobs of %s (%s); they go back to their "
+                       "queue, attempt not counted, for a worker process that knows the class, "
+                       "for up to UNKNOWN_WORKER_GRACE (%gs) after their insert, then fail. "
+                       "Restart this worker after a deploy.", self.node, path,
+                       execution.exception, self.executor.unknown_worker_grace)
 
     # -- shutdown ----------------------------------------------------------------------------
 
