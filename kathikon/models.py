@@ -267,6 +267,8 @@ class Node(models.Model):
     hostname = models.CharField(max_length=255, blank=True, default="")
     pid = models.IntegerField(null=True, blank=True)
     queues = models.JSONField(default=dict, blank=True)
+    #: worker path → when this process first held back a job of it (it cannot import it)
+    unknown_workers = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()

@@ -93,7 +93,7 @@ class WorkerProcess:
         self.services: list[Any] = []
         self.acker = Acker(on_settled=self._settled)
         self.executor = Executor(unknown_worker_grace=conf.unknown_worker_grace())
-        self.unknown_workers: set[str] = set()  # worker paths logged as unknown here
+        self.unknown_workers: dict[str, str] = {}  # worker path → first held back (ISO)
         self.quarantine = Quarantine(self.node, check_every=self.poll_interval)
         self.listener: Listener | None = None
         self.started = threading.Event()
@@ -456,7 +456,11 @@ class WorkerProcess:
         path = execution.job.worker
         if path in self.unknown_workers:
             return
-        self.unknown_workers.add(path)
+        self.unknown_workers[path] = storage.vendor.now().isoformat()
+        unknown = dict(self.unknown_workers)
+        _safely(lambda: storage.set_node_unknown_workers(self.node, unknown,
+                                                         instance=self.instance),
+                "recording a worker class this process cannot import")
         logger.warning("kathikon worker %s cannot run jobs of %s (%s); they go back to their "
                        "queue, attempt not counted, for a worker process that knows the class, "
                        "for up to UNKNOWN_WORKER_GRACE (%gs) after their insert, then fail. "

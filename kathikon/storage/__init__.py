@@ -39,6 +39,7 @@ from kathikon.storage.nodes import (
     mark_node_stopping,
     register_node,
     set_node_queues,
+    set_node_unknown_workers,
     stale_nodes,
 )
 from kathikon.storage.queues import (
@@ -88,7 +89,8 @@ __all__ = [
     "promote_scheduled", "prune_jobs", "queue_rows", "queues", "record_event", "record_events",
     "register_node", "reports", "rerun_job", "rescue_jobs", "reset", "retry_job", "schema",
     "set_all_paused",
-    "set_node_queues", "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job",
+    "set_node_queues", "set_node_unknown_workers",
+    "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job",
     "vendor",
     "write_acks",
 ]

@@ -95,7 +95,8 @@ def register_node(name: str, hostname: str = "", pid: int | None = None,
 
     limits: dict[str, int | None] = (
         dict(queues) if isinstance(queues, Mapping) else dict.fromkeys(queues or ()))
-    fields = {"hostname": hostname, "pid": pid, "queues": limits, "instance": instance,
+    fields = {"hostname": hostname, "pid": pid, "queues": limits, "unknown_workers": {},
+              "instance": instance,
               "status": Node.Status.RUNNING, "stopped_at": None}
     for tries in range(1, REGISTER_TRIES + 1):
         try:
@@ -189,6 +190,13 @@ def mark_nodes_crashed(cutoff: dt.datetime) -> list[str]:
 def set_node_queues(name: str, queues: Mapping[str, int], *, instance: str = "") -> bool:
     """Record the queues ``name`` runs now (it picked up a new one); False if it has no row."""
     return bool(_held(name, instance).update(queues=dict(queues)))
+
+
+def set_node_unknown_workers(name: str, unknown: Mapping[str, str], *,
+                             instance: str = "") -> bool:
+    """Record the worker paths ``name`` holds jobs back for (it cannot import them), each
+    with when it first did; the overview shows them. Cleared when the name registers."""
+    return bool(_held(name, instance).update(unknown_workers=dict(unknown)))
 
 
 def mark_node_stopping(name: str, *, instance: str = "") -> bool:

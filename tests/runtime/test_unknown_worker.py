@@ -22,7 +22,7 @@ import pytest
 import kathikon
 from kathikon import signals, storage
 from kathikon.executor import UNKNOWN_WORKER_RETRY, Executor, settle
-from kathikon.models import Job
+from kathikon.models import Job, Node
 from tests import workers
 from tests.runtime.conftest import ROOT, wait_until
 from tests.runtime.lifeline_workers import executions
@@ -132,6 +132,8 @@ def test_jobs_of_a_class_only_a_newer_worker_knows_wait_for_it(worker_processes:
     assert {row.state for row in rows} <= {"available", "running", "claimed"}
     assert all(row.attempts <= 1 and row.errors == [] for row in rows)
     assert executions(log) == []  # nobody ran them yet
+    recorded = Node.objects.get(name="old").unknown_workers
+    assert list(recorded) == ["kathikon_release_two.AddedInRelease"]  # for the overview
 
     path = os.pathsep.join([str(ROOT), str(RELEASE_TWO)])
     new = worker_processes.start("--node", "new", settings=SETTINGS, env={"PYTHONPATH": path})
