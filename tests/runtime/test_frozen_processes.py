@@ -33,15 +33,9 @@ from kathikon.storage.rescue import CRASH_KIND, CRASH_LIMIT, ERROR_KIND
 from tests.runtime.conftest import wait_until
 from tests.runtime.lifeline_workers import SlowRecorded, executions
 from tests.runtime.node_workers import HoldsTheGil
+from tests.runtime.test_faults_nodes import SETTINGS
 
-FAST = {  # stall limit (RESCUE_AFTER - HEARTBEAT_INTERVAL) / 2 = 1.25 s
-    "HEARTBEAT_INTERVAL": 0.5,
-    "RESCUE_AFTER": 3.0,
-    "POLL_INTERVAL": 0.2,
-    "SCHEDULER_INTERVAL": 0.5,
-    "SHUTDOWN_GRACE_PERIOD": 5,
-    "QUEUES": {"default": {"concurrency": 4}},
-}
+FAST = SETTINGS  # stall limit (RESCUE_AFTER - HEARTBEAT_INTERVAL) / 2 = 1.25 s
 SLOW = {**FAST, "HEARTBEAT_INTERVAL": 5, "RESCUE_AFTER": 60}  # stall limit 27.5 s
 FREEZE = 20  # seconds a run holds the GIL: far past RESCUE_AFTER in FAST
 pytestmark = [pytest.mark.usefixtures("postgres_only"), pytest.mark.slow]

@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -91,45 +92,49 @@ def test_the_pulse_thread_writes_until_stopped_and_survives_a_full_or_closed_pip
     assert not orphan.is_alive()
 
 
-def test_the_watchdog_kills_a_silent_child_of_its_own_and_ends_with_its_pipe():
-    """The watchdog judges its parent; here the 'worker' is a forked child that starts a
-    watchdog and then freezes (its pulse stopped), so the test process is never at risk."""
+def in_child(body: Callable[[], int]) -> int:
+    """Run ``body`` in a forked child (the 'worker' a watchdog judges, so the test process
+    is never at risk); its exit code, negative for a signal."""
     child = os.fork()
     if child == 0:
         code = 1
         try:
-            watchdog = Watchdog(limit=0.5)
-            watchdog.start()
-            assert watchdog.pulse is not None
-            watchdog.pulse.stop()  # the frozen worker: no thread of it runs
-            time.sleep(10)
-            code = 0
+            code = body()
         finally:
             os._exit(code)
-    started = time.monotonic()
     _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_the_watchdog_kills_a_silent_worker():
+    def frozen_worker() -> int:
+        watchdog = Watchdog(limit=0.5)
+        watchdog.start()
+        assert watchdog.pulse is not None
+        watchdog.pulse.stop()  # the frozen worker: no thread of it runs
+        time.sleep(10)
+        return 0
+
+    started = time.monotonic()
+    assert in_child(frozen_worker) == -signal.SIGKILL
     assert time.monotonic() - started < 5
 
 
-def test_a_stopped_watchdog_is_reaped(pipe):
-    child = os.fork()
-    if child == 0:
-        code = 1
+def test_a_pulsing_worker_is_left_alone_and_its_stopped_watchdog_is_reaped():
+    def pulsing_worker() -> int:
+        watchdog = Watchdog(limit=0.5)
+        watchdog.start()
+        pid = watchdog.pid
+        assert pid is not None
+        time.sleep(1.0)  # pulsing: not killed
+        watchdog.stop()
         try:
-            watchdog = Watchdog(limit=0.5)
-            watchdog.start()
-            pid = watchdog.pid
-            time.sleep(1.0)  # pulsing: not killed
-            watchdog.stop()
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                code = 0  # reaped by stop()
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0  # reaped by stop()
+        return 1
+
+    assert in_child(pulsing_worker) == 0
 
 
 def test_a_supervisor_kills_every_child_left_past_the_grace_period(monkeypatch):

@@ -26,15 +26,10 @@ from kathikon.models import Job, Node
 from tests import workers
 from tests.runtime.conftest import ROOT, wait_until
 from tests.runtime.lifeline_workers import executions
+from tests.runtime.test_faults_nodes import SETTINGS
 
 RELEASE_TWO = Path(__file__).resolve().parent / "release_two"
-SETTINGS = {
-    "HEARTBEAT_INTERVAL": 0.5,
-    "RESCUE_AFTER": 3.0,
-    "POLL_INTERVAL": 0.2,
-    "SHUTDOWN_GRACE_PERIOD": 5,
-    "QUEUES": {"default": {"concurrency": 4}},
-}
+
 
 
 def claimed_unknown(**age: float) -> Job:
