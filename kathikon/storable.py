@@ -116,15 +116,19 @@ def _stored_form(result: Any) -> tuple[Any, tuple[str, str] | None]:
     if len(encoded) > MAX_RESULT_BYTES:  # ensure_ascii: characters are bytes
         return None, ("too_large", f"the result cannot be stored: {len(encoded)} bytes of "
                                    f"JSON, more than the {MAX_RESULT_BYTES} bytes allowed")
-    decoded = json.loads(encoded)
+    try:
+        decoded = json.loads(encoded)
+    except RecursionError:
+        return None, ("too_deep", _too_deep())
+    # Brackets inside strings count too: only a cheap test before the exact one. First, so
+    # the (recursive) text check below never walks a value nested deeper than this.
+    if encoded.count("[") + encoded.count("{") > MAX_RESULT_DEPTH and _too_nested(decoded):
+        return None, ("too_deep", _too_deep())
     # json.dumps escapes every non-ASCII character: only then can a string hold NUL or a
     # lone surrogate, which PostgreSQL's jsonb and MariaDB's JSON refuse.
     if ("\\u0000" in encoded or "\\ud" in encoded) and _holds_unstorable(decoded):
         return None, ("bad_text", "the result cannot be stored: a string in it holds NUL "
                                   "(\\x00) or a lone surrogate")
-    # Brackets inside strings count too: only a cheap test before the exact one.
-    if encoded.count("[") + encoded.count("{") > MAX_RESULT_DEPTH and _too_nested(decoded):
-        return None, ("too_deep", _too_deep())
     return decoded, None
 
 
@@ -135,7 +139,7 @@ def _too_deep() -> str:
 
 def _too_nested(value: Any) -> bool:
     """Whether dicts and lists nest more than ``MAX_RESULT_DEPTH`` deep (iterative)."""
-    stack = [(value, 1)]
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         item, level = stack.pop()
         if level > MAX_RESULT_DEPTH:

@@ -84,6 +84,8 @@ UNSTORABLE = {
                 f"nested more than {MAX_RESULT_DEPTH} levels"),
     "deep_40": ({"a": nested(39)}, "too_deep", "builtins.dict", "nested more than"),
     "deep_5000": (nested(5000), "too_deep", "builtins.list", "nested more than"),
+    "deep_nul": ([nested(5000), "a\x00b"], "too_deep", "builtins.list", "nested more than"),
+    "deep_100000": (nested(100_000), "too_deep", "builtins.list", "nested more than"),
     "huge": ("x" * (MAX_RESULT_BYTES + 1), "too_large", "builtins.str",
              f"more than the {MAX_RESULT_BYTES} bytes allowed"),
 }
@@ -124,6 +126,7 @@ def test_results_nest_as_deep_as_args_and_no_deeper():
     assert result_or_marker(deepest) == (deepest, None)
     brackets = ["[" * 40, {"{": "]" * 40}]  # brackets in strings are no nesting
     assert storable_result(brackets) == brackets
+    assert storable_result("[" * 40) == "[" * 40
 
 
 def test_storable_results_are_returned_as_stored():

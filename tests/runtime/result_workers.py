@@ -39,6 +39,7 @@ RESULTS: dict[str, tuple[Callable[[], Any], str, str]] = {
     "nul": (lambda: {"text": "a\x00b"}, "bad_text", "builtins.dict"),
     "surrogate": (lambda: ["\ud800"], "bad_text", "builtins.list"),
     "deep_40": (lambda: {"tree": nested(39)}, "too_deep", "builtins.dict"),
+    "deep_nul": (lambda: [nested(5000), "a\x00b"], "too_deep", "builtins.list"),
     "huge": (lambda: "x" * (MAX_RESULT_BYTES + 1), "too_large", "builtins.str"),
 }
 
