@@ -145,6 +145,9 @@ def heartbeat(name: str, *, at: dt.datetime | None = None,
               create: Mapping[str, Any] | None = None, instance: str = "") -> bool:
     """Stamp ``name``'s heartbeat (database clock unless ``at``); False if it has no row.
 
+    A row a lifeline recorded as ``crashed`` is ``running`` again: this process was only
+    frozen (its jobs were rescued meanwhile; its late acknowledgements are refused).
+
     With ``create`` (hostname, pid, queues), a missing row is written again as running,
     without the job rescue :func:`register_node` does (this process holds those jobs).
     With ``instance``, only a row this process still holds is stamped: a row taken
