@@ -30,7 +30,7 @@ import math
 import re
 from typing import Any
 
-from kathikon.exceptions import UnstorableOutcome
+from kathikon.exceptions import UnstorableOutcome, shown
 
 #: Longest error message kept in ``job.errors`` (characters; head and tail kept).
 MAX_MESSAGE = 8_000
@@ -162,7 +162,9 @@ def _holds_unstorable(value: Any) -> bool:
 
 def clamp_delay(seconds: object) -> float | None:
     """A delay in ``0 .. MAX_DELAY`` (infinities clamped); ``None`` for NaN or a non-number."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    if isinstance(seconds, float) and math.isnan(seconds):  # isnan(10**400) overflows
         return None
     if seconds < 0:
         return 0.0
@@ -175,7 +177,7 @@ def valid_delay(seconds: object, what: str) -> float:
     Returns it clamped to ``MAX_DELAY``; ``ValueError`` otherwise.
     """
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise ValueError(f"{what} needs a number of seconds, not {seconds!r}")
-    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
-        raise ValueError(f"{what} needs a finite number of seconds >= 0, not {seconds!r}")
+        raise ValueError(f"{what} needs a number of seconds, not {shown(seconds)}")
+    if (isinstance(seconds, float) and not math.isfinite(seconds)) or seconds < 0:
+        raise ValueError(f"{what} needs a finite number of seconds >= 0, not {shown(seconds)}")
     return MAX_DELAY if seconds > MAX_DELAY else seconds

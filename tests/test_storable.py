@@ -142,6 +142,9 @@ def test_clamp_delay():
     assert clamp_delay(-5) == 0.0
     assert clamp_delay(1e12) == clamp_delay(math.inf) == MAX_DELAY == 365 * 86400
     assert clamp_delay(math.nan) is None and clamp_delay("10") is None and clamp_delay(True) is None
+    # An int too large for a float (math.isnan overflowed on it) is just a long delay.
+    assert clamp_delay(10**400) == clamp_delay(10**5000) == MAX_DELAY
+    assert clamp_delay(-(10**400)) == 0.0
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, -1, "10", True])
@@ -154,6 +157,10 @@ def test_retry_and_snooze_refuse_bad_delays_when_built(bad):
 
 def test_retry_and_snooze_clamp_long_delays():
     assert kathikon.Retry("x", in_seconds=1e12).in_seconds == MAX_DELAY
+    assert kathikon.Retry("x", in_seconds=10**400).in_seconds == MAX_DELAY
+    assert kathikon.Snooze(10**5000).seconds == MAX_DELAY
+    with pytest.raises(ValueError, match="an int of"):  # not repr()'s ValueError
+        kathikon.Snooze(-(10**5000))
     assert kathikon.Snooze(1e12).seconds == MAX_DELAY
     assert kathikon.Snooze(10).seconds == 10 and str(kathikon.Snooze(10)) == "snoozed for 10s"
     assert kathikon.Retry("x").in_seconds is None
