@@ -24,6 +24,7 @@ from kathikon.jobspec import (
     unpack_spec,
     worker_class,
 )
+from kathikon.known_queues import known
 from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import merged as merged_limits
 from kathikon.models import Job, Queue
@@ -44,6 +45,7 @@ def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None
                "schedule_in": schedule_in, "schedule_at": schedule_at, **extra}
     row = build_row(worker, args, options)
     job = storage.insert_job(row)
+    known.notice(row.queue)  # a queue nothing serves: warned once (no query for the settings')
     if job.conflict:
         return job
     _, cls = worker_class(row.worker)
@@ -80,6 +82,8 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 5000) -> In
         except InvalidJob as exc:
             errors.append((index, str(exc)))
     ids = storage.insert_jobs(rows, chunk_size=chunk_size)
+    for queue in {row.queue for row in rows}:
+        known.notice(queue)
     conflicts = [index for index, row, pk in zip(positions, rows, ids, strict=True)
                  if pk != row.id]
     if conflicts:

@@ -12,7 +12,9 @@ from django.conf import settings
 from django.core import checks
 
 from kathikon import conf
-from kathikon.workers import Worker
+from kathikon.exceptions import InvalidJob
+from kathikon.known_queues import close_match
+from kathikon.workers import Worker, resolve_worker
 
 
 @checks.register(checks.Tags.compatibility)
@@ -49,11 +51,13 @@ def check_cron(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
 
 @checks.register(checks.Tags.compatibility)
 def check_worker_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Worker classes whose ``queue`` no ``kathikon_worker`` serves by default.
+    """Queue names, seen without running anything, that no ``kathikon_worker`` serves by default.
 
-    Their jobs would wait forever, silently. Known statically: the Worker
-    subclasses imported by now, after importing each installed app's
-    ``workers`` module (where docs/workers.md puts them).
+    Their jobs would wait forever, silently. Known statically: the ``queue`` of
+    the Worker subclasses imported by now, after importing each installed app's
+    ``workers`` module (where docs/workers.md puts them), and the queue of each
+    ``KATHIKON["CRON"]`` entry (its ``queue``, else its worker's). Inserts into
+    other queues are checked when they happen (``kathikon.known_queues``).
     """
     loaded = conf.load()
     if loaded.problems:
@@ -63,14 +67,43 @@ def check_worker_queues(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     for cls in sorted(_worker_classes(), key=lambda cls: cls.path()):
         queue = getattr(cls, "queue", None)
         if isinstance(queue, str) and queue not in served:
-            messages.append(checks.Warning(
-                f"Worker {cls.path()} uses the queue {queue!r}, which is not in "
-                "KATHIKON['QUEUES']: no kathikon_worker runs its jobs by default, so they wait "
-                "forever.",
-                hint=f"Add {queue!r} to KATHIKON['QUEUES'], run a worker with --queues {queue}, "
-                     f"or call kathikon.start_queue({queue!r}) once.",
-                obj=cls, id="kathikon.W001"))
+            messages.append(_unserved(f"Worker {cls.path()} uses", queue, served, cls))
+    for index, entry, queue in _cron_queues(loaded["CRON"]):
+        if queue not in served:
+            messages.append(_unserved(f"KATHIKON['CRON'][{index}] ({entry['name']!r}) enqueues "
+                                      "into", queue, served, None))
     return messages
+
+
+def _unserved(who: str, queue: str, served: set[str], obj: Any) -> checks.Warning:
+    guess = close_match(queue, served)
+    return checks.Warning(
+        f"{who} the queue {queue!r}, which is not in KATHIKON['QUEUES']: no kathikon_worker "
+        "runs its jobs by default, so they wait forever."
+        + (f" Did you mean {guess!r}?" if guess else ""),
+        hint=f"Add {queue!r} to KATHIKON['QUEUES'], run a worker with --queues {queue}, "
+             f"or call kathikon.start_queue({queue!r}) once.",
+        obj=obj, id="kathikon.W001")
+
+
+def _cron_queues(entries: Any) -> list[tuple[int, dict[str, Any], str]]:
+    """``(index, entry, queue)`` of the usable static schedules (E013 reports the others)."""
+    from kathikon.cron import static_problems
+
+    bad = dict(static_problems(entries))
+    found = []
+    for index, entry in enumerate(entries):
+        if index in bad:
+            continue
+        queue = entry.get("queue")
+        if queue is None:
+            try:
+                queue = resolve_worker(entry["worker"]).queue
+            except InvalidJob:  # the scheduler logs it; the jobs would be dead, not waiting
+                continue
+        if isinstance(queue, str):
+            found.append((index, entry, queue))
+    return found
 
 
 def _worker_classes() -> list[type[Worker]]:

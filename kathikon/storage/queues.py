@@ -8,6 +8,7 @@ from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidQueue
 from kathikon.models import Queue
 from kathikon.storage import notify, vendor
+from kathikon.storage.reports import live_node_queues
 
 
 def validate_name(name: object) -> str:
@@ -70,3 +71,13 @@ def queue_rows() -> dict[str, Queue]:
 def paused_queues() -> set[str]:
     return set(Queue.objects.using(vendor.alias()).filter(paused=True)
                .values_list("name", flat=True))
+
+
+def known_queue_names(live_within: float) -> set[str]:
+    """Queues with a row, or run by a node whose heartbeat is at most ``live_within`` s old.
+
+    Two queries. With the settings' queues these are the queues some worker
+    serves or will serve: anything else is a typo or a forgotten setting.
+    """
+    rows = set(Queue.objects.using(vendor.alias()).order_by().values_list("name", flat=True))
+    return rows | live_node_queues(live_within)

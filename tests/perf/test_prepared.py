@@ -40,8 +40,8 @@ def fresh(postgres_only) -> Iterator[Any]:
 def _job_path(times: int = 3) -> None:
     """Each hot statement ``times`` times: insert, claim, ack."""
     for i in range(times):
-        kathikon.insert(workers.Succeed, {"i": i}, queue="prep")
-        jobs = claims.claim_jobs("prep", 5, "node-a")
+        kathikon.insert(workers.Succeed, {"i": i}, queue="default")
+        jobs = claims.claim_jobs("default", 5, "node-a")
         assert jobs
         assert acks.ack_jobs([acks.Ack(job, "completed") for job in jobs]) == {
             job.id for job in jobs}
@@ -85,7 +85,7 @@ def test_while_django_records_queries_they_run_plain_and_are_logged_with_their_v
         _job_path(1)
     logged = [q["sql"] for q in captured.captured_queries]
     assert [_kind(sql) for sql in logged] == ["insert", "claim", "ack"]
-    assert "'prep'" in logged[0] and "'node-a'" in logged[1]  # values, not $1
+    assert "'default'" in logged[0] and "'node-a'" in logged[1]  # values, not $1
     assert _prepared(fresh) == []
 
 
@@ -154,12 +154,12 @@ def test_a_column_changing_type_under_the_prepared_statements_changes_nothing(fr
     _job_path(1)
     _alter_from_another_session("ALTER TABLE kathikon_job ALTER COLUMN attempted_by TYPE text")
     try:
-        kathikon.insert(workers.Succeed, {}, queue="prep")
-        [job] = claims.claim_jobs("prep", 5, "node-a")
+        kathikon.insert(workers.Succeed, {}, queue="default")
+        [job] = claims.claim_jobs("default", 5, "node-a")
         assert job.attempted_by == "node-a"
         with transaction.atomic():
-            kathikon.insert(workers.Succeed, {}, queue="prep")
-            assert len(claims.claim_jobs("prep", 5, "node-a")) == 1
+            kathikon.insert(workers.Succeed, {}, queue="default")
+            assert len(claims.claim_jobs("default", 5, "node-a")) == 1
         # The failed claim dropped the session's plans; made anew since: the claim's retry
         # and the claim and insert in the transaction.
         runs = {_kind(text): runs for text, runs, _ in _prepared(fresh)}
@@ -173,12 +173,12 @@ def test_a_column_changing_type_under_the_prepared_statements_changes_nothing(fr
 def test_the_claims_generic_plan_fetches_its_jobs_by_primary_key(fresh):
     """PostgreSQL switches a prepared statement to a generic plan, which guesses that
     ``LIMIT $n`` keeps 10% of the queue: the claim must not then scan the table."""
-    kathikon.insert_many([(workers.Succeed, {}, {"queue": "prep"})] * 20_000)
+    kathikon.insert_many([(workers.Succeed, {}, {"queue": "default"})] * 20_000)
     with fresh.cursor() as cursor:
         cursor.execute("ANALYZE kathikon_job")
-    assert len(claims.claim_jobs("prep", 5, "node-a")) == 5
+    assert len(claims.claim_jobs("default", 5, "node-a")) == 5
     [(text, _, name)] = [row for row in _prepared(fresh) if _kind(row[0]) == "claim"]
-    values = {"state": "'running'", "attempted_by": "'node-a'", "queue": "'prep'", "LIMIT": "5"}
+    values = {"state": "'running'", "attempted_by": "'node-a'", "queue": "'default'", "LIMIT": "5"}
     found = dict(re.findall(r"(state|attempted_by|queue|LIMIT) =? ?\$(\d+)", text))
     arguments = ", ".join(values[found_by] for found_by, _ in sorted(
         found.items(), key=lambda item: int(item[1])))
