@@ -127,6 +127,13 @@ def known_queue_names() -> set[str]:
     return {*conf.served_queue_names(), *storage.queues.known_queue_names(conf.rescue_after())}
 
 
+def unknown(name: object) -> str | None:
+    """Why ``name`` is no known queue, or None if it is one; ``InvalidQueue`` if no name."""
+    storage.queues.validate_name(name)
+    names = known_queue_names()
+    return None if name in names else unknown_queue(str(name), names)
+
+
 def close_match(name: str, names: Iterable[str]) -> str | None:
     """The known name ``name`` most likely misspells, if any is close."""
     found = difflib.get_close_matches(name, sorted(names), n=1)

@@ -127,6 +127,23 @@ def test_pause_resume(db):
     assert not Queue.objects.filter(paused=True).exists()
 
 
+@pytest.mark.parametrize("action", ["pause", "resume"])
+def test_pause_or_resume_of_an_unknown_queue_is_refused_unless_create(db, action):
+    """A typo used to get a row, which every worker without --queues then served."""
+    with pytest.raises(CommandError) as refused:
+        ops(action, "emials")
+    assert str(refused.value) == (
+        "unknown queue 'emials' (did you mean 'emails'?): no setting, Queue row or live worker "
+        "knows it; known queues: default, emails. Nothing changed; to make a new queue, which "
+        "workers then serve, add --create.")
+    assert not Queue.objects.exists()
+    assert ops_json(action, "imports", "--create") == {f"{action}d": ["imports"]}
+    assert Queue.objects.get(name="imports").paused == (action == "pause")
+    assert ops_json(action, "imports") == {f"{action}d": ["imports"]}  # a row: known now
+    storage.register_node("n1", queues={"by-hand": 2})  # a live node runs it: known
+    assert ops_json(action, "by-hand") == {f"{action}d": ["by-hand"]}
+
+
 def test_prune(job_factory):
     job_factory(state=JobState.COMPLETED, finished_ago=8 * 86400)
     job_factory(state=JobState.DEAD, finished_ago=7200)

@@ -133,6 +133,24 @@ def test_workers_pick_up_a_changed_limit_at_their_refresh():
     assert not worker.dispatchers["default"].limits
 
 
+def test_limits_of_an_unknown_queue_is_refused_unless_create():
+    """A typo used to get a row with the limits, which every worker then served."""
+    with pytest.raises(CommandError) as refused:
+        ops("limits", "emials", "--global-limit", "3")
+    assert str(refused.value).startswith("unknown queue 'emials' (did you mean 'emails'?)")
+    assert "known queues: default, emails" in str(refused.value)
+    assert str(refused.value).endswith("add --create.")
+    assert not Queue.objects.exists()
+    with pytest.raises(CommandError, match="bad queue name"):
+        ops("limits", "no spaces", "--create")
+    assert ops("limits", "imports", "--global-limit", "3", "--create").startswith(
+        "imports: global_limit=3")
+    assert ops("limits", "imports", "--global-limit", "4").startswith("imports: global_limit=4")
+    assert Queue.objects.get(name="imports").limits == {"global_limit": 4}
+    with override_settings(KATHIKON={"QUEUES": QUEUES}):
+        assert ops("limits", "sync", "--reset").startswith("sync: global_limit=null")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_bad_limit_stored_before_validation_is_ignored_and_the_queue_runs(caplog):
     """A row written before limits were bounded: the worker logs it and uses the settings

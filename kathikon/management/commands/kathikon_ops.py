@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kathikon import conf, dashboard, report
+from kathikon import conf, dashboard, known_queues, report
 from kathikon.exceptions import KathikonError, NotMigrated
 from kathikon.jobspec import MAX_INT
 from kathikon.states import JobState
@@ -65,6 +65,7 @@ class Command(BaseCommand):
             command = sub(name, f"{name.capitalize()} a queue, or every queue with --all.")
             command.add_argument("queue", nargs="?")
             command.add_argument("--all", action="store_true", dest="all_queues")
+            create_option(command)
         limits = sub("limits", "Change a queue's global_limit, partition and rate_limit on "
                      "every node ('none' = unlimited); prints the effective limits.")
         limits.add_argument("queue")
@@ -75,6 +76,7 @@ class Command(BaseCommand):
                             help="e.g. 60/60: at most 60 starts a minute")
         limits.add_argument("--reset", action="store_true",
                             help="Drop the run-time overrides first (back to the settings).")
+        create_option(limits)
         prune = sub("prune", "Delete finished jobs older than the retention period.")
         prune.add_argument("--older-than", type=duration, default=None,
                            help="Default: KATHIKON['RETENTION_PERIOD']. Shorter than that "
@@ -179,6 +181,7 @@ class Command(BaseCommand):
         self.pause(options, paused=False)
 
     def do_limits(self, options: dict[str, Any]) -> None:
+        self.require_known(options)
         given = {key: options[option] for key, option in (
             ("global_limit", "global_limit"), ("partition", "partition"), ("rate_limit", "rate"))
             if options[option] is not None}
@@ -226,11 +229,20 @@ class Command(BaseCommand):
         if options["all_queues"]:
             names = (dashboard.pause_all if paused else dashboard.resume_all)()
         else:
+            self.require_known(options)
             (dashboard.pause_queue if paused else dashboard.resume_queue)(options["queue"])
             names = [options["queue"]]
         if options["json"]:
             return self.emit({verb: names})
         self.stdout.write(f"{verb}: {', '.join(names) or '(no queues)'}")
+
+    def require_known(self, options: dict[str, Any]) -> None:
+        """Refuse a queue nothing knows unless ``--create``: its new row would make every
+        worker started without ``--queues`` serve it, typo or not."""
+        problem = known_queues.unknown(options["queue"])
+        if problem and not options["create"]:
+            raise CommandError(f"{problem}. Nothing changed; to make a new queue, which "
+                               "workers then serve, add --create.")
 
     def emit(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, default=jsonable))
@@ -244,6 +256,12 @@ class Command(BaseCommand):
                                         in zip(row, widths, strict=True)).rstrip())
         if not rows:
             self.stdout.write("(none)")
+
+
+def create_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--create", action="store_true",
+                         help="Also for a queue no setting, Queue row or live worker knows yet "
+                              "(it gets a row, so workers serve it).")
 
 
 def jsonable(value: Any) -> Any:
