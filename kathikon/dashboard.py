@@ -37,10 +37,10 @@ from kathikon.storage import jobs as job_storage
 from kathikon.storage import queues as queue_storage
 
 __all__ = [
-    "ActionResult", "JobDetail", "JobPage", "cancel_job", "cancel_jobs", "delete_jobs",
-    "destructive_allowed", "fetch_job", "job_as_dict", "list_jobs", "pause_all", "pause_queue",
-    "prune", "queue_summary", "rerun_job", "rerun_jobs", "resume_all", "resume_queue",
-    "retry_job", "retry_jobs",
+    "ActionResult", "JobDetail", "JobPage", "all_queues", "cancel_job", "cancel_jobs",
+    "delete_jobs", "destructive_allowed", "fetch_job", "job_as_dict", "list_jobs", "pause_all",
+    "pause_queue", "prune", "queue_summary", "rerun_job", "rerun_jobs", "resume_all",
+    "resume_queue", "retry_job", "retry_jobs",
 ]
 
 MAX_LIMIT = 1000
@@ -168,20 +168,59 @@ def set_queue_limits(name: str, *, reset: bool = False, allow_destructive: bool 
 
 
 def pause_all(*, allow_destructive: bool | None = None) -> list[str]:
-    """Pause every known queue (configured or with a row); returns their names."""
+    """Pause every queue of ``all_queues()``; returns their names.
+
+    Queues outside the settings get a paused row: claims refuse a paused row on
+    every node, whichever way a worker came to serve the queue.
+    """
     _require(allow_destructive, "pausing all queues")
     return _set_all(True)
 
 
 def resume_all(*, allow_destructive: bool | None = None) -> list[str]:
+    """Resume every queue of ``all_queues()`` (the same set as ``pause_all``)."""
     _require(allow_destructive, "resuming all queues")
     return _set_all(False)
 
 
+#: "All queues" reads at most this many distinct queue names from the jobs.
+ALL_QUEUES_CAP = 10_000
+
+
+def all_queues() -> dict[str, list[str]]:
+    """Every queue "pause all" covers, by name, with why each is included.
+
+    The reasons are ``settings`` (``KATHIKON["QUEUES"]``), ``TASKS``, ``row`` (a
+    ``Queue`` row), ``worker`` (a live node serves it, e.g. with ``--queues``)
+    and ``jobs`` (it holds jobs): a queue a worker runs but that is in none of
+    the settings is paused too. A few index-only queries, whatever the job count.
+    """
+    sources = (
+        ("settings", conf.queue_names()),
+        ("TASKS", conf.tasks_queue_names()),
+        ("row", queue_storage.queue_rows()),
+        ("worker", reports.live_node_queues(conf.rescue_after())),
+        ("jobs", reports.distinct_values("queue", limit=ALL_QUEUES_CAP)),
+    )
+    found: dict[str, list[str]] = {}
+    for reason, names in sources:
+        for name in names:
+            found.setdefault(name, []).append(reason)
+    return dict(sorted(found.items()))
+
+
 def _set_all(paused: bool) -> list[str]:
-    names = sorted(set(conf.queue_names()) | set(queue_storage.queue_rows()))
+    names = list(all_queues())
+    if paused:
+        for name in names:
+            kathikon.pause_queue(name)
+        return names
+    # A queue without a row is not paused; resuming it would create one, and workers
+    # started without --queues serve every queue that has a row.
+    rows = queue_storage.queue_rows()
     for name in names:
-        (kathikon.pause_queue if paused else kathikon.resume_queue)(name)
+        if name in rows:
+            kathikon.resume_queue(name)
     return names
 
 

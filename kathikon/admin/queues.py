@@ -11,6 +11,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from kathikon import dashboard, report
@@ -21,6 +22,7 @@ from kathikon.admin.common import (
     KathikonMedia,
     age,
     badge,
+    refuse_unreadable,
 )
 from kathikon.conf import MAX_CONCURRENCY
 from kathikon.exceptions import KathikonError
@@ -140,13 +142,22 @@ class QueueAdmin(ActionsMixin):
         return self._all_view(request, paused=False)
 
     def _all_view(self, request: HttpRequest, *, paused: bool) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+        """GET: a confirmation page listing every queue it covers; POST: do it."""
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        refuse_unreadable(request)
         if not self.has_pause_permission(request):
             raise PermissionDenied("you may not pause or resume queues")
+        verb = "Pause" if paused else "Resume"
+        if request.method == "GET":
+            context = {**self.admin_site.each_context(request), "opts": self.opts,
+                       "title": f"{verb} all queues?", "verb": verb,
+                       "queues": dashboard.all_queues(),
+                       "changelist": reverse("admin:kathikon_queue_changelist")}
+            return TemplateResponse(request, "admin/kathikon/queue/confirm_all.html", context)
         names = dashboard.pause_all() if paused else dashboard.resume_all()
-        self.message_user(request, f"{'Paused' if paused else 'Resumed'} {len(names)} queues: "
-                          f"{', '.join(names)}.", messages.SUCCESS)
+        self.message_user(request, f"{verb}d {len(names)} queues: {', '.join(names)}.",
+                          messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:kathikon_queue_changelist"))
 
 

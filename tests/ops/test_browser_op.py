@@ -261,3 +261,26 @@ def test_change_lists_fit_a_1400px_window(browser, live_server, jobs, shots, mod
     page.screenshot(path=str(shots / f"admin-{model}-1400.png"))  # the window, as seen
     assert sizes["page"] <= sizes["viewport"], sizes
     assert sizes["overflow"] <= 0 and sizes["table"] <= sizes["filter"], str(sizes)
+
+
+def test_pause_all_confirmation_lists_every_queue(browser, live_server, jobs, settings):
+    """The queues a worker serves without the settings naming them are listed and paused."""
+    settings.TASKS = {"default": {"BACKEND": "kathikon.backends.KathikonBackend",
+                                  "QUEUES": ["default", "tasks_only"]}}
+    make_job(queue="adhoc")  # jobs, no row
+    storage.register_node("web-1:4242", queues={"default": 10, "node_only": 2})
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/queue/")
+    page.click("#kathikon-pause-all")
+    listed = page.locator("#kathikon-all-queues tbody tr").evaluate_all(
+        "rows => rows.map(row => row.dataset.queue)")
+    assert listed == ["adhoc", "default", "emails", "node_only", "tasks_only"]
+    assert "TASKS" in page.locator("tr[data-queue=tasks_only]").inner_text()
+    assert not Queue.objects.filter(paused=True).exists()  # showing it changed nothing
+    page.click("#kathikon-confirm-all")
+    assert "Paused 5 queues" in page.locator("ul.messagelist").inner_text()
+    assert set(Queue.objects.filter(paused=True).values_list("name", flat=True)) == set(listed)
+    page.click("#kathikon-resume-all")
+    assert page.locator("#kathikon-all-queues tbody tr").count() == 5
+    page.click("#kathikon-confirm-all")
+    assert not Queue.objects.filter(paused=True).exists()

@@ -150,6 +150,28 @@ def test_pause_and_resume(db):
         dashboard.pause_queue("no spaces allowed")
 
 
+@override_settings(TASKS={"default": {"BACKEND": "kathikon.backends.KathikonBackend",
+                                      "QUEUES": ["default", "tasks_only"]}})
+def test_pause_all_covers_every_queue_a_worker_may_serve():
+    from kathikon import storage
+
+    kathikon.insert(workers.Succeed, {}, queue="jobs_only")
+    storage.register_node("node-a", queues={"node_only": 2})
+    found = dashboard.all_queues()
+    assert found == {"default": ["settings", "TASKS"], "emails": ["settings"],
+                     "jobs_only": ["jobs"], "node_only": ["worker"], "tasks_only": ["TASKS"]}
+    assert dashboard.pause_all() == list(found)
+    assert set(Queue.objects.filter(paused=True).values_list("name", flat=True)) == set(found)
+    assert dashboard.resume_all() == list(found)
+    assert not Queue.objects.filter(paused=True).exists()
+
+
+def test_resume_all_creates_no_row_for_a_queue_that_has_none():
+    kathikon.insert(workers.Succeed, {}, queue="jobs_only")
+    dashboard.resume_all()
+    assert not Queue.objects.exists()
+
+
 def test_prune_uses_retention_or_older_than(job_factory):
     job_factory(state=JobState.COMPLETED, finished_ago=8 * 86400)
     recent = job_factory(state=JobState.DEAD, finished_ago=3600)
