@@ -91,6 +91,9 @@ def test_an_insert_into_a_configured_queue_runs_no_extra_query(logged):
         kathikon.insert_many([(workers.Succeed, {}), (workers.Emails, {})])
     assert _touches_queue_tables(first) == _touches_queue_tables(again) == []
     assert len(first) == 1 and logged == []
+    with CaptureQueriesContext(connection) as elsewhere:  # only a queue outside them is looked up
+        kathikon.insert(workers.Succeed, {}, queue="imports")
+    assert len(_touches_queue_tables(elsewhere)) == 2 and len(logged) == 1
 
 
 def test_the_database_is_asked_once_per_ttl_and_a_warned_queue_never_again(logged):
