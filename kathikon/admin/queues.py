@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from kathikon import dashboard, report
+from kathikon import conf, dashboard, report
 from kathikon.admin.common import (
     COUNT_CAP,
     ActionsMixin,
@@ -25,7 +30,9 @@ from kathikon.admin.common import (
     refuse_unreadable,
 )
 from kathikon.conf import MAX_CONCURRENCY
-from kathikon.exceptions import KathikonError
+from kathikon.exceptions import InvalidQueue, KathikonError
+from kathikon.limits import LIMIT_KEYS
+from kathikon.limits import merged as merged_limits
 from kathikon.models import Queue
 
 # -- queues ----------------------------------------------------------------------------------
@@ -33,8 +40,9 @@ from kathikon.models import Queue
 @admin.register(Queue)
 class QueueAdmin(ActionsMixin):
     actions = ["pause_queues", "resume_queues"]
-    fields = ("name", "paused", "concurrency", "limits")
-    readonly_fields = ("name", "paused")
+    fields = ("name", "paused", "concurrency_in_force", "concurrency", "limits_in_force",
+              "limits")
+    readonly_fields = ("name", "paused", "concurrency_in_force", "limits_in_force")
     Media = KathikonMedia
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -78,7 +86,29 @@ class QueueAdmin(ActionsMixin):
             kwargs.update(min_value=1, max_value=MAX_CONCURRENCY, help_text=(
                 f"1 to {MAX_CONCURRENCY} jobs at once per node; overrides the settings for "
                 "every node. Leave empty to use the settings. To stop a queue, pause it."))
+        if db_field.name == "limits":
+            kwargs.update(form_class=OverrideJSONField, help_text=(
+                'Keys over the settings, e.g. {"global_limit": 5}; a key set to null means '
+                "unlimited. Leave empty to use the settings' limits."))
         return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+    @admin.display(description="concurrency in force")
+    def concurrency_in_force(self, queue: Queue) -> SafeString:
+        configured = conf.concurrency(queue.name)
+        if queue.concurrency:
+            return format_html(
+                "<strong>{}</strong> jobs at once per node: the run-time override below. "
+                "Clearing it goes back to the settings' {}.", queue.concurrency, configured)
+        source = ("the settings" if queue.name in conf.queues()
+                  else "the default: the queue is not in KATHIKON[\"QUEUES\"]")
+        return format_html("<strong>{}</strong> jobs at once per node, from {}. A worker "
+                           "started with <code>--queues {}:N</code> runs N.",
+                           configured, source, queue.name)
+
+    @admin.display(description="limits in force")
+    def limits_in_force(self, queue: Queue) -> SafeString:
+        return SafeString(render_to_string("admin/kathikon/queue/limits.html",
+                                           {"rows": limits_in_force(queue)}))
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         summaries = self.summaries(request)
@@ -175,6 +205,38 @@ class QueueChangeList(DeclaredFiltersChangeList):
         self.result_count = len(rows)
         self.full_result_count = len(rows) if self.full_result_count is not None else None
         self.show_admin_actions = bool(rows)  # Django counted the rows alone
+
+
+class OverrideJSONField(forms.JSONField):
+    """An empty box for "no override", where Django's JSONField shows ``null``."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return "" if value is None else super().prepare_value(value)
+
+
+def limits_in_force(queue: Queue) -> list[dict[str, Any]]:
+    """Each limit with the value in force, where it comes from and what clearing does."""
+    settings = conf.queue_config(queue.name)
+    override = queue.limits if isinstance(queue.limits, dict) else {}
+    try:
+        effective = merged_limits(settings, override).as_options()
+    except InvalidQueue:  # a bad stored override: the workers ignore it too
+        effective, override = merged_limits(settings, None).as_options(), {}
+    configured = merged_limits(settings, None).as_options()
+    rows = []
+    for key in LIMIT_KEYS:
+        value, from_settings = effective[key], configured[key]
+        rows.append({
+            "key": key, "value": _shown(value),
+            "source": "run-time override" if key in override
+            else "settings" if from_settings is not None else "not set",
+            "cleared": _shown(from_settings) if key in override else "",
+        })
+    return rows
+
+
+def _shown(value: Any) -> str:
+    return "unlimited" if value is None else json.dumps(value)
 
 
 def _each_queue(names: Iterable[str], operation: Callable[[str], None]

@@ -255,6 +255,26 @@ def test_queue_concurrency_override_is_editable(admin_client_op):
     assert {s.name: s.concurrency for s in report.queue_summary()}["emails"] == 3
 
 
+@override_settings(KATHIKON={"QUEUES": {"exports": {"concurrency": 4, "global_limit": 3}}})
+def test_queue_form_shows_the_limits_in_force(admin_client_op):
+    url = reverse("admin:kathikon_queue_change", args=["exports"])
+    html = admin_client_op.get(url).content.decode()
+    assert not Queue.objects.exists()  # reading the form writes nothing
+    assert re.search(r'<textarea name="limits"[^>]*>\s*</textarea>', html)  # not "null"
+    assert re.search(r'data-limit="global_limit"><th>global_limit</th><td><code>3</code></td>'
+                     r"<td>settings</td>", html)
+    assert "<strong>4</strong> jobs at once per node, from the settings" in html
+    response = admin_client_op.post(url, {"concurrency": "2", "limits": '{"global_limit": 5}'})
+    assert response.status_code == 302
+    html = admin_client_op.get(url).content.decode()
+    assert re.search(r"<code>5</code></td><td>run-time override</td>\s*<td>goes back to the "
+                     r"settings' <code>3</code>", html)
+    assert "Clearing it goes back to the settings' 4." in html
+    admin_client_op.post(url, {"concurrency": "", "limits": ""})
+    row = Queue.objects.get(name="exports")
+    assert (row.concurrency, row.limits) == (None, None)
+
+
 def test_overview_page(admin_client_op, mixed_jobs):
     response = admin_client_op.get(reverse("admin:app_list", args=["kathikon"]))
     html = response.content.decode()

@@ -284,3 +284,39 @@ def test_pause_all_confirmation_lists_every_queue(browser, live_server, jobs, se
     assert page.locator("#kathikon-all-queues tbody tr").count() == 5
     page.click("#kathikon-confirm-all")
     assert not Queue.objects.filter(paused=True).exists()
+
+
+def test_queue_form_shows_the_limits_in_force(browser, live_server, jobs, settings):
+    """Settings' values are shown as in force, with their source and what clearing does."""
+    settings.KATHIKON = {"QUEUES": {"default": {}, "emails": {"concurrency": 5},
+                                    "exports": {"concurrency": 4, "global_limit": 3}}}
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/queue/exports/change/")
+
+    def in_force(key: str) -> str:
+        return page.locator(f"#kathikon-limits-in-force tr[data-limit={key}]").inner_text()
+
+    def concurrency() -> str:
+        return page.locator(".field-concurrency_in_force .readonly").inner_text()
+
+    assert page.input_value("textarea[name=limits]") == ""  # no override, not "null"
+    assert "(null: unlimited)" not in page.locator(".field-limits").inner_text()
+    assert re.search(r"global_limit\s+3\s+settings", in_force("global_limit"))
+    assert re.search(r"rate_limit\s+unlimited\s+not set", in_force("rate_limit"))
+    assert "4 jobs at once per node, from the settings" in concurrency()
+
+    page.fill("textarea[name=limits]", '{"global_limit": 5}')
+    page.fill("input[name=concurrency]", "2")
+    page.click("input[name=_continue]")
+    assert re.search(r"global_limit\s+5\s+run-time override\s+goes back to the settings' 3",
+                     in_force("global_limit"))
+    assert "2 jobs at once per node: the run-time override" in concurrency()
+    assert "Clearing it goes back to the settings' 4" in concurrency()
+
+    page.fill("textarea[name=limits]", "")
+    page.fill("input[name=concurrency]", "")
+    page.click("input[name=_continue]")
+    row = Queue.objects.get(name="exports")
+    assert (row.limits, row.concurrency) == (None, None)
+    assert re.search(r"global_limit\s+3\s+settings", in_force("global_limit"))
+    assert page.input_value("textarea[name=limits]") == ""
