@@ -21,11 +21,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
 from kathikon import conf, storage
 
@@ -93,17 +92,10 @@ class KnownQueues:
 
 
 def _look_up() -> frozenset[str] | None:
-    """The rows' and live nodes' queues; None if the database could not say.
-
-    Inside the caller's transaction it runs in a savepoint: a failed lookup
-    must not abort the transaction that holds the job just inserted.
-    """
-    scope: AbstractContextManager[Any] = nullcontext()
-    if storage.vendor.connection().in_atomic_block:
-        scope = transaction.atomic(using=storage.vendor.alias())
+    """The rows' and live nodes' queues; None if the database could not say (the lookup
+    runs in a savepoint inside the caller's transaction, which stays usable)."""
     try:
-        with scope:
-            return frozenset(storage.queues.known_queue_names(conf.rescue_after()))
+        return frozenset(storage.queues.known_queue_names_safely(conf.rescue_after()))
     except DatabaseError:
         logger.warning("kathikon: looking up the known queues failed; inserts into queues "
                        "outside the settings are not checked for %g s", TTL, exc_info=True)

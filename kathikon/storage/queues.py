@@ -81,3 +81,13 @@ def known_queue_names(live_within: float) -> set[str]:
     """
     rows = set(Queue.objects.using(vendor.alias()).order_by().values_list("name", flat=True))
     return rows | live_node_queues(live_within)
+
+
+def known_queue_names_safely(live_within: float) -> set[str]:
+    """:func:`known_queue_names`, in a savepoint when called inside the caller's
+    transaction: a failed lookup raises ``DatabaseError`` but leaves that transaction
+    (which holds the job just inserted) usable."""
+    if not vendor.connection().in_atomic_block:
+        return known_queue_names(live_within)
+    with vendor.atomic():
+        return known_queue_names(live_within)
