@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from kathikon.admin.common import ReadOnlyAdmin, badge, job_link
+from kathikon.admin.common import ReadOnlyAdmin, badge, job_link, time_field
 from kathikon.models import Batch
 from kathikon.states import JobState
 
@@ -16,8 +16,11 @@ from kathikon.states import JobState
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):
     list_display = ("batch_id", "status_display", "parent", "children", "on_complete",
-                    "callback", "inserted_at", "closed_at", "completed_at")
+                    "callback", "inserted", "closed", "completed")
     list_filter = ("status",)
+    inserted = time_field("inserted_at", "inserted at")
+    closed = time_field("closed_at", "closed at")
+    completed = time_field("completed_at", "completed at")
     show_full_result_count = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:

@@ -41,12 +41,36 @@ def badge(text: str, colour: str, title: str = "") -> SafeString:
                        colour, title or text, text)
 
 
+def breakable(text: str, title: str = "") -> SafeString:
+    """``text`` that may wrap anywhere: a 63-character queue name or a long worker class
+    would otherwise widen its column past a 1400 px window."""
+    return format_html('<span class="kathikon-breakable" style="overflow-wrap:anywhere" '
+                       'title="{}">{}</span>', title or text, text)
+
+
 def state_badge(state: str) -> SafeString:
     return badge(state, STATE_COLOURS.get(state, "#57606a"))
 
 
 def when(value: dt.datetime | None) -> str:
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S") if value else "—"
+
+
+def time_field(name: str, label: str | None = None) -> Any:
+    """An admin display of the datetime field ``name`` in the one format of ``when``.
+
+    Django would render a bare field as "Dec. 3, 2026, 1:05 p.m.", next to Kathikon's
+    own columns in "2026-12-03 13:05:00": two formats on one page. Use it as a class
+    attribute (``inserted = time_field("inserted_at")``) in ``list_display`` or
+    ``readonly_fields``; it sorts by the field.
+    """
+    def show(model_admin: Any, obj: Any) -> str:
+        return when(getattr(obj, name))
+
+    show.__name__ = f"{name}_shown"
+    show.short_description = label or name.replace("_", " ")  # type: ignore[attr-defined]
+    show.admin_order_field = name  # type: ignore[attr-defined]
+    return show
 
 
 def ago(value: dt.datetime | None) -> str:

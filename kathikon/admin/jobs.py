@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -15,14 +17,17 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+import kathikon
 from kathikon import dashboard
 from kathikon.admin.common import (
     ActionsMixin,
     DeclaredFiltersChangeList,
     KathikonMedia,
+    breakable,
     pre,
     refuse_unreadable,
     state_badge,
+    time_field,
     when,
 )
 from kathikon.admin.filters import QueueFilter, StateFilter, WorkerFilter, date_filters
@@ -50,7 +55,7 @@ class JobChangeList(DeclaredFiltersChangeList):
 
 @admin.register(Job)
 class JobAdmin(ActionsMixin):
-    list_display = ("job_id", "worker_name", "queue", "state_display", "priority",
+    list_display = ("job_id", "worker_name", "queue_name", "state_display", "priority",
                     "attempts_display", "inserted", "due", "finished")
     list_display_links = ("job_id",)
     list_filter = (StateFilter, QueueFilter, WorkerFilter)  # + the date filters, see below
@@ -65,24 +70,40 @@ class JobAdmin(ActionsMixin):
     fieldsets = (
         (None, {"fields": ("job_id", "worker", "queue", "state_display", "priority",
                            "attempts_display", "attempted_by")}),
-        ("Times", {"fields": ("inserted_at", "scheduled_at", "available_at", "started_at",
-                              "completed_at", "cancelled_at")}),
+        ("Times", {"fields": ("inserted", "scheduled", "available", "started")}),
         ("Arguments and result", {"fields": ("args_display", "result_display", "meta_display",
                                              "related")}),
         ("Errors", {"fields": ("errors_display",)}),
         ("History", {"fields": ("history_display",)}),
     )
     readonly_fields = ("job_id", "worker", "queue", "state_display", "priority",
-                       "attempts_display", "attempted_by", "inserted_at", "scheduled_at",
-                       "available_at", "started_at", "completed_at", "cancelled_at",
+                       "attempts_display", "attempted_by", "inserted", "scheduled",
+                       "available", "started", "completed", "dead_at", "cancelled",
                        "args_display", "result_display", "meta_display", "related",
                        "errors_display", "history_display")
     Media = KathikonMedia
+    # One date format on every page (see time_field); the finish time is labelled by state.
+    scheduled = time_field("scheduled_at", "scheduled at")
+    available = time_field("available_at", "available at")
+    started = time_field("started_at", "started at")
+    completed = time_field("completed_at", "completed at")
+    dead_at = time_field("completed_at", "dead at")
+    cancelled = time_field("cancelled_at", "cancelled at")
 
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) per filter choice
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The finish time labelled by how the job finished: a dead job did not complete."""
+        fields: dict[str, str] = {JobState.COMPLETED: "completed", JobState.DEAD: "dead_at",
+                                  JobState.CANCELLED: "cancelled"}
+        finish = fields.get(str(getattr(obj, "state", "")))
+        if finish is None:
+            return self.fieldsets
+        return [(name, {"fields": (*options["fields"], finish)}) if name == "Times"
+                else (name, options) for name, options in self.fieldsets]
 
     # Jobs are changed by actions only, never edited as free text.
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -144,7 +165,10 @@ class JobAdmin(ActionsMixin):
 
     @admin.action(description="Retry selected jobs now", permissions=["retry"])
     def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self.report_result(request, dashboard.retry_jobs(_ids(queryset)), "Retried", "retry")
+        result = dashboard.retry_jobs(_ids(queryset))
+        self.report_result(request, result, "Retried", "retry")
+        if result.changed:
+            self.message_user(request, attempts_left(result.changed), messages.INFO)
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
@@ -191,10 +215,11 @@ class JobAdmin(ActionsMixin):
             context["kathikon_actions"] = [
                 {"name": name, "label": label, "url": reverse(
                     "admin:kathikon_job_action", args=[obj.pk.hex, name])}
-                for name, label in (("retry_jobs", "Retry now"), ("cancel_jobs", "Cancel"),
+                for name, label in (("retry_jobs", retry_label(obj)), ("cancel_jobs", "Cancel"),
                                     ("rerun_jobs", "Rerun as a new job"),
                                     ("delete_selected", "Delete"))
                 if name in available and _applies(name, obj)]
+            context["kathikon_executing"] = obj.state in EXECUTING_STATES
         return super().render_change_form(request, context, *args, **kwargs)
 
     # -- columns -------------------------------------------------------------------------
@@ -205,8 +230,11 @@ class JobAdmin(ActionsMixin):
 
     @admin.display(description="worker")
     def worker_name(self, job: Job) -> SafeString:
-        return format_html('<span title="{}">{}</span>', job.worker,
-                           job.worker.rsplit(".", 1)[-1])
+        return breakable(job.worker.rsplit(".", 1)[-1], job.worker)
+
+    @admin.display(description="queue")
+    def queue_name(self, job: Job) -> SafeString:
+        return breakable(job.queue)
 
     @admin.display(description="state")
     def state_display(self, job: Job) -> SafeString:
@@ -216,7 +244,7 @@ class JobAdmin(ActionsMixin):
     def attempts_display(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
-    @admin.display(description="inserted")
+    @admin.display(description="inserted", ordering="inserted_at")
     def inserted(self, job: Job) -> str:
         return when(job.inserted_at)
 
@@ -264,8 +292,9 @@ class JobAdmin(ActionsMixin):
 
     @admin.display(description="errors")
     def errors_display(self, job: Job) -> SafeString:
-        return SafeString(render_to_string("admin/kathikon/job/errors.html",
-                                           {"errors": list(reversed(job.errors or []))}))
+        errors = [{**error, "at": _error_time(error.get("at"))}
+                  for error in reversed(job.errors or []) if isinstance(error, dict)]
+        return SafeString(render_to_string("admin/kathikon/job/errors.html", {"errors": errors}))
 
     @admin.display(description="history")
     def history_display(self, job: Job) -> SafeString:
@@ -275,6 +304,38 @@ class JobAdmin(ActionsMixin):
                                       if key not in ("at", "event") and value not in (None, ""))}
                 for item in history]
         return SafeString(render_to_string("admin/kathikon/job/history.html", {"rows": rows}))
+
+
+def retry_label(job: Job) -> str:
+    """The retry button says how many attempts the job gets (a spent job gets one more)."""
+    left = max(job.max_attempts, job.attempts + 1) - job.attempts
+    return f"Retry now ({left} attempt{'' if left == 1 else 's'} left)"
+
+
+def attempts_left(ids: list[str]) -> str:
+    """How many attempts the retried jobs have left, e.g. "It has 1 attempt left (4 of 4)"."""
+    jobs = [kathikon.fetch(job_id) for job_id in ids[:MESSAGE_JOBS]]
+    if len(ids) == 1:
+        job = jobs[0]
+        left = job.max_attempts - job.attempts
+        return (f"It runs again now with {left} attempt{'' if left == 1 else 's'} left "
+                f"(next: attempt {job.attempts + 1} of {job.max_attempts}).")
+    counts = Counter(job.max_attempts - job.attempts for job in jobs)
+    parts = [f"{n} with {left} attempt{'' if left == 1 else 's'} left"
+             for left, n in sorted(counts.items())]
+    more = f" (of the first {MESSAGE_JOBS})" if len(ids) > MESSAGE_JOBS else ""
+    return f"They run again now: {', '.join(parts)}{more}."
+
+
+#: The retry message reads at most this many jobs back to say their attempts left.
+MESSAGE_JOBS = 20
+
+
+def _error_time(value: Any) -> str:
+    try:
+        return when(dt.datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value or "")
 
 
 def _ids(queryset: QuerySet[Job]) -> list[Any]:

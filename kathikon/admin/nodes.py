@@ -7,15 +7,16 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from kathikon import conf
-from kathikon.admin.common import ReadOnlyAdmin, ago, badge
+from kathikon.admin.common import ReadOnlyAdmin, ago, badge, time_field
 from kathikon.models import Node
 
 
 @admin.register(Node)
 class NodeAdmin(ReadOnlyAdmin):
-    list_display = ("name", "hostname", "pid", "status_display", "queue_list", "started_at",
+    list_display = ("name", "hostname", "pid", "status_display", "queue_list", "started",
                     "heartbeat")
     list_filter = ("status",)
+    started = time_field("started_at", "started at")
 
     @admin.display(description="status")
     def status_display(self, node: Node) -> SafeString:

@@ -27,6 +27,7 @@ from kathikon.admin.common import (
     KathikonMedia,
     age,
     badge,
+    breakable,
     refuse_unreadable,
 )
 from kathikon.conf import MAX_CONCURRENCY
@@ -40,6 +41,7 @@ from kathikon.models import Queue
 @admin.register(Queue)
 class QueueAdmin(ActionsMixin):
     actions = ["pause_queues", "resume_queues"]
+    list_display_links = ("queue_name",)
     fields = ("name", "paused", "concurrency_in_force", "concurrency", "limits_in_force",
               "limits")
     readonly_fields = ("name", "paused", "concurrency_in_force", "limits_in_force")
@@ -121,7 +123,7 @@ class QueueAdmin(ActionsMixin):
             return show
 
         return [
-            "name",
+            "queue_name",
             column("status", lambda s: badge("paused", "#cf222e") if s.paused
                    else badge("running", "#2da44e") if s.served
                    else badge("not served", "#d4761c", "not served by any live worker")),
@@ -137,6 +139,10 @@ class QueueAdmin(ActionsMixin):
             column("done / failed (1 h)",
                    lambda s: f"{s.completed_last_hour} / {s.failed_last_hour}"),
         ]
+
+    @admin.display(description="name", ordering="name")
+    def queue_name(self, queue: Queue) -> SafeString:
+        return breakable(queue.name)
 
     @admin.action(description="Pause selected queues", permissions=["pause"])
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:

@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from kathikon import dashboard
-from kathikon.admin.common import ActionsMixin, KathikonMedia, badge, when
+from kathikon.admin.common import ActionsMixin, KathikonMedia, badge, time_field, when
 from kathikon.admin.cronwords import describe
 from kathikon.exceptions import KathikonError
 from kathikon.models import CronSchedule
@@ -23,13 +23,18 @@ from kathikon.models import CronSchedule
 @admin.register(CronSchedule)
 class CronScheduleAdmin(ActionsMixin):
     list_display = ("__str__", "worker_name", "expression_display", "timezone", "queue_name",
-                    "status", "next_runs", "last_fire_at")
+                    "status", "next_runs", "last_fire")
     list_filter = ("paused", "static")
     search_fields = ("name", "worker")
     actions = ["pause_schedules", "resume_schedules"]
     readonly_fields = ("name", "worker", "args", "expression", "timezone", "queue", "priority",
-                       "max_attempts", "paused", "static", "last_fire_at", "next_fire_at",
-                       "inserted_at", "updated_at", "next_runs")
+                       "max_attempts", "paused", "static", "last_fire", "next_fire",
+                       "inserted", "updated", "next_runs")
+    exclude = ("last_fire_at", "next_fire_at", "inserted_at", "updated_at")  # shown above
+    last_fire = time_field("last_fire_at", "last fire at")
+    next_fire = time_field("next_fire_at", "next fire at")
+    inserted = time_field("inserted_at", "inserted at")
+    updated = time_field("updated_at", "updated at")
     Media = KathikonMedia
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -364,3 +364,62 @@ def test_a_job_list_that_fits_one_page_is_still_read_with_a_limit(admin_client_o
     listed = [q["sql"] for q in queries.captured_queries
               if '"kathikon_job"."args"' in q["sql"] or "`kathikon_job`.`args`" in q["sql"]]
     assert listed and all("LIMIT" in sql for sql in listed), listed
+
+
+DATE = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b")
+# Django's default DATETIME_FORMAT ("Dec. 3, 2026, 1:05 p.m.") and raw ISO 8601 times.
+OTHER_DATES = re.compile(r"\b[A-Z][a-z]{2,8}\.? \d{1,2}, \d{4}|\d{4}-\d\d-\d\dT\d\d:\d\d")
+
+
+def job_page(client: Client, job: Job) -> str:
+    return client.get(reverse("admin:kathikon_job_change", args=[job.pk])).content.decode()
+
+
+def test_a_job_page_labels_its_finish_time_by_state(admin_client_op, mixed_jobs):
+    dead = job_page(admin_client_op, mixed_jobs["dead"])
+    assert "Dead at:" in dead and "Completed at" not in dead
+    cancelled = job_page(admin_client_op, mixed_jobs["cancelled"])
+    assert "Cancelled at:" in cancelled and "Completed at" not in cancelled
+    assert "Completed at:" in job_page(admin_client_op, mixed_jobs["completed"])
+    waiting = job_page(admin_client_op, mixed_jobs["available"])
+    assert not re.search("(Completed|Dead|Cancelled) at:", waiting)
+
+
+@pytest.mark.parametrize("url", ["job_change", "job_changelist", "cronschedule_changelist",
+                                 "cronschedule_change", "node_changelist", "batch_changelist"])
+def test_one_date_format_per_page(admin_client_op, mixed_jobs, url):
+    from django.utils import timezone
+
+    from kathikon.models import Batch, Node
+
+    now = timezone.now()
+    schedule = CronSchedule.objects.create(
+        worker="tests.workers.Succeed", expression="0 9 * * 1-5", timezone="UTC",
+        inserted_at=now, updated_at=now, next_fire_at=now, last_fire_at=now)
+    Batch.objects.create(inserted_at=now, on_complete_worker="tests.workers.Succeed")
+    Node.objects.create(name="host:1", hostname="host", pid=1, queues={"default": 10},
+                        started_at=now, heartbeat_at=now)
+    args = {"job_change": [mixed_jobs["dead"].pk], "cronschedule_change": [schedule.pk]}
+    html = admin_client_op.get(reverse(f"admin:kathikon_{url}", args=args.get(url))).content
+    text = re.sub(r"<[^>]*>", " ", html.decode())  # what is shown, not hover titles
+    assert DATE.search(text) and not OTHER_DATES.search(text), OTHER_DATES.findall(text)
+
+
+def test_retrying_a_dead_job_says_how_many_attempts_it_gets(admin_client_op, mixed_jobs):
+    dead = mixed_jobs["dead"]  # 3 of 3 attempts used
+    assert "Retry now (1 attempt left)" in job_page(admin_client_op, dead)
+    url = reverse("admin:kathikon_job_action", args=[dead.id.hex, "retry_jobs"])
+    said = messages_of(admin_client_op.post(url))
+    assert said == ["Retried 1 job.",
+                    "It runs again now with 1 attempt left (next: attempt 4 of 4)."]
+    response = action(admin_client_op, CHANGELIST, "retry_jobs",
+                      [mixed_jobs["emails"].pk, mixed_jobs["retryable"].pk])
+    assert "They run again now: 1 with 1 attempt left, 1 with 2 attempts left." in (
+        messages_of(response))
+
+
+def test_a_running_job_page_says_why_it_has_no_cancel_button(admin_client_op, mixed_jobs):
+    html = job_page(admin_client_op, mixed_jobs["running"])
+    assert 'id="kathikon-no-cancel"' in html and "kathikon-cancel_jobs" not in html
+    assert "pause the queue" in html and "SIGTERM" in html and "<code>node-1</code>" in html
+    assert 'id="kathikon-no-cancel"' not in job_page(admin_client_op, mixed_jobs["available"])

@@ -243,6 +243,11 @@ def test_change_lists_fit_a_1400px_window(browser, live_server, jobs, shots, mod
     storage.register_node("web-1:4242", queues={"default": 10, "emails": 5})
     kathikon.schedule(workers.Succeed, {"report": "daily"}, cron="0 9 * * 1-5")
     make_job(queue="reports")  # a queue no live worker serves: the widest status badge
+    # Long names as real projects have them: a 63-character queue, a long worker class.
+    wide = make_job(queue="transactional-notifications-for-enterprise-customers-eu-west-1a",
+                    state=JobState.SCHEDULED, available_at=timezone.now() + dt.timedelta(days=1))
+    Job.objects.filter(pk=wide.pk).update(
+        worker="billing.workers.SendMonthlyInvoiceReminderToOverdueEnterpriseAccounts")
     page = login(browser, live_server, "root")
     page.set_viewport_size({"width": 1400, "height": 900})
     page.goto(f"{live_server.url}/admin/kathikon/{model}/")
@@ -320,3 +325,36 @@ def test_queue_form_shows_the_limits_in_force(browser, live_server, jobs, settin
     assert (row.limits, row.concurrency) == (None, None)
     assert re.search(r"global_limit\s+3\s+settings", in_force("global_limit"))
     assert page.input_value("textarea[name=limits]") == ""
+
+
+DATE = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b")
+OTHER_DATES = re.compile(r"\b[A-Z][a-z]{2,8}\.? \d{1,2}, \d{4}|\d{4}-\d\d-\d\dT\d\d:\d\d")
+
+
+def test_a_dead_job_page_tells_the_truth(browser, live_server, jobs):
+    """Dead at, not completed at; one date format; the retry says how many attempts."""
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/{jobs['dead'].pk}/change/")
+    labels = page.locator("fieldset label").all_inner_texts()
+    assert "Dead at:" in labels and "Completed at:" not in labels
+    text = page.locator("#content").inner_text()
+    assert DATE.search(text) and not OTHER_DATES.search(text), OTHER_DATES.findall(text)
+    page.click("button.kathikon-retry_jobs", timeout=5000)
+    said = page.locator("ul.messagelist").inner_text()
+    assert "Retried 1 job." in said
+    assert "It runs again now with 1 attempt left (next: attempt 4 of 4)." in said
+    page.goto(f"{live_server.url}/admin/kathikon/job/")
+    text = page.locator("#result_list").inner_text()
+    assert DATE.search(text) and not OTHER_DATES.search(text)
+
+
+def test_a_running_job_page_says_why_there_is_no_cancel(browser, live_server, jobs):
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/{jobs['running'].pk}/change/")
+    assert page.locator("button.kathikon-cancel_jobs").count() == 0
+    note = page.locator("#kathikon-no-cancel")
+    assert note.is_visible()
+    assert "There is no Cancel button" in note.inner_text()
+    assert "pause the queue default" in note.inner_text() and "SIGTERM" in note.inner_text()
+    note.locator("a", has_text="default").click()
+    assert page.url.endswith("/admin/kathikon/queue/default/change/")
