@@ -77,6 +77,13 @@ def test_docs_install_from_a_checkout_or_git_and_say_what_tests_need():
     assert "DJANGO_SETTINGS_MODULE = mysite.settings" in testing
 
 
+def test_quick_start_says_restart_after_code_changes_and_shows_v2():
+    quick = (ROOT / "docs/quick-start.md").read_text()
+    run = quick[quick.index("5. Run a worker"):quick.index("## Job ids")]
+    assert "restart it after every code change" in run
+    assert "python manage.py kathikon_worker -v 2" in run and "one line per finished job" in run
+
+
 # -- queues nobody serves ---------------------------------------------------------------------
 
 def worker_check_messages() -> list[checks.CheckMessage]:

@@ -1,9 +1,12 @@
-"""Pause all with a real worker: a queue the worker serves without the settings naming it
-(``--queues``, jobs only, no ``Queue`` row) is paused too, and resume all resumes it."""
+"""Real worker processes: pause all pauses a queue the worker serves without the settings
+naming it (``--queues``, jobs only, no ``Queue`` row) and resume all resumes it; ``-v 2``
+logs the line per finished job that the quick start shows."""
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -11,11 +14,11 @@ from django.test import override_settings
 import kathikon
 from kathikon import dashboard
 from tests import workers
-from tests.runtime.conftest import (  # noqa: F401  (fixtures and the failure-log hook)
-    pytest_runtest_makereport,
-    wait_until,
-    worker_processes,
-)
+from tests.runtime import conftest as runtime
+from tests.runtime.conftest import wait_until
+
+# The runtime's fixture: real kathikon_worker processes, killed at teardown.
+worker_processes = runtime.worker_processes
 
 TASKS = {"default": {"BACKEND": "kathikon.backends.KathikonBackend",
                      "QUEUES": ["default", "emails", "tasks_only"]}}
@@ -27,8 +30,7 @@ def state(job: kathikon.Job) -> str:
 
 @pytest.mark.slow
 @override_settings(TASKS=TASKS)
-def test_after_pause_all_no_new_job_of_an_unconfigured_queue_starts(
-        worker_processes):  # noqa: F811  (the fixture imported above)
+def test_after_pause_all_no_new_job_of_an_unconfigured_queue_starts(worker_processes):
     first = kathikon.insert(workers.Succeed, {}, queue="adhoc")
     worker = worker_processes.start("--queues", "adhoc,tasks_only,control",
                                     settings={"POLL_INTERVAL": 0.2})
@@ -50,3 +52,16 @@ def test_after_pause_all_no_new_job_of_an_unconfigured_queue_starts(
     dashboard.resume_all()
     wait_until(lambda: all(state(job) == "completed" for job in waiting), timeout=30,
                message="the paused jobs after resume all")
+
+
+@pytest.mark.slow
+def test_v2_logs_the_quick_start_s_line_per_finished_job(worker_processes):
+    jobs = [kathikon.insert(workers.Succeed, {"n": n}) for n in range(3)]
+    worker = worker_processes.start("--burst", "-v", "2", settings={"POLL_INTERVAL": 0.2})
+    assert worker.wait(timeout=30) == 0
+    lines = re.findall(r"kathikon job (\w+) tests\.workers\.Succeed attempt 1/\d+ "
+                       r"completed in \d+\.\d{3}s", worker.log())
+    assert sorted(lines) == sorted(job.id.hex for job in jobs), worker.log()
+    quick = (Path(__file__).resolve().parents[2] / "docs/quick-start.md").read_text()
+    assert re.search(r"kathikon job 01a2… myapp\.workers\.\w+ attempt 1/5 completed in "
+                     r"\d+\.\d{3}s", quick)
