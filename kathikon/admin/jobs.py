@@ -70,19 +70,20 @@ class JobAdmin(ActionsMixin):
     fieldsets = (
         (None, {"fields": ("job_id", "worker", "queue", "state_display", "priority",
                            "attempts_display", "attempted_by")}),
-        ("Times", {"fields": ("inserted", "scheduled", "available", "started")}),
+        ("Times", {"fields": ("inserted_at_shown", "scheduled", "available", "started")}),
         ("Arguments and result", {"fields": ("args_display", "result_display", "meta_display",
                                              "related")}),
         ("Errors", {"fields": ("errors_display",)}),
         ("History", {"fields": ("history_display",)}),
     )
     readonly_fields = ("job_id", "worker", "queue", "state_display", "priority",
-                       "attempts_display", "attempted_by", "inserted", "scheduled",
+                       "attempts_display", "attempted_by", "inserted_at_shown", "scheduled",
                        "available", "started", "completed", "dead_at", "cancelled",
                        "args_display", "result_display", "meta_display", "related",
                        "errors_display", "history_display")
     Media = KathikonMedia
     # One date format on every page (see time_field); the finish time is labelled by state.
+    inserted_at_shown = time_field("inserted_at", "inserted at")
     scheduled = time_field("scheduled_at", "scheduled at")
     available = time_field("available_at", "available at")
     started = time_field("started_at", "started at")
