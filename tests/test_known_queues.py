@@ -132,7 +132,10 @@ def test_a_failed_lookup_inside_a_transaction_keeps_the_transaction(logged, monk
 
 
 def _w001() -> list[str]:
-    return [m.msg for m in checks.run_checks() if m.id == "kathikon.W001"]
+    """W001 about this file's subjects: other tests define Worker classes of their own
+    (with queues of their own), which the check sees too once they are imported."""
+    return [m.msg for m in checks.run_checks() if m.id == "kathikon.W001"
+            and ("tests.workers." in m.msg or "KATHIKON['CRON']" in m.msg)]
 
 
 def test_check_warns_about_a_cron_entry_whose_queue_nobody_serves(settings):
