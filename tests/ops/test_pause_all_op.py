@@ -65,3 +65,24 @@ def test_v2_logs_the_quick_start_s_line_per_finished_job(worker_processes):
     quick = (Path(__file__).resolve().parents[2] / "docs/quick-start.md").read_text()
     assert re.search(r"kathikon job 01a2… myapp\.workers\.\w+ attempt 1/5 completed in "
                      r"\d+\.\d{3}s", quick)
+
+
+@pytest.mark.django_db
+@override_settings(TASKS=TASKS)
+def test_kathikon_ops_pause_all_covers_the_same_queues():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from kathikon import storage
+    from kathikon.models import Queue
+
+    kathikon.insert(workers.Succeed, {}, queue="adhoc")
+    storage.register_node("node-a", queues={"served_only": 1})
+    out = StringIO()
+    call_command("kathikon_ops", "pause", "--all", stdout=out)
+    assert out.getvalue().strip() == (
+        "paused: adhoc, default, emails, served_only, tasks_only")
+    assert Queue.objects.filter(paused=True).count() == 5
+    call_command("kathikon_ops", "resume", "--all", stdout=StringIO())
+    assert not Queue.objects.filter(paused=True).exists()
