@@ -191,6 +191,14 @@ def served_queues() -> set[str]:
     return reports.live_node_queues(conf.rescue_after())
 
 
+def unknown_workers() -> list[dict[str, str]]:
+    """Worker classes that live worker processes hold jobs back for because they cannot
+    import them (older code than the web's, most likely: restart or finish the deploy).
+    ``since`` is when the node first held one back, ``YYYY-MM-DD HH:MM:SS`` UTC."""
+    return [{"worker": path, "node": node, "since": since.replace("T", " ")[:19]}
+            for path, node, since in reports.live_node_unknown_workers(conf.rescue_after())]
+
+
 def failure_summary(*, window: float | dt.timedelta = 24 * 3600, limit: int = 100,
                     now: dt.datetime | None = None,
                     scan_cap: int | None = None) -> list[FailureSummary]:

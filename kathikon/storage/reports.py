@@ -244,18 +244,32 @@ def failure_rows(since: dt.datetime, limit: int = 100,
             for worker, kind, count, at, message in rows]
 
 
+def _live_nodes(within: float) -> Any:
+    """Nodes not stopped whose heartbeat is at most ``within`` seconds old by the
+    database's clock, as the lifeline judges them."""
+    from kathikon.storage.nodes import DatabaseNow
+
+    cutoff = ExpressionWrapper(DatabaseNow() - Value(dt.timedelta(seconds=within)),
+                               output_field=DateTimeField())
+    return (Node.objects.using(vendor.alias()).exclude(status=Node.Status.STOPPED)
+            .filter(heartbeat_at__gte=cutoff))
+
+
 def live_node_queues(within: float) -> set[str]:
     """Queues run by nodes not stopped whose heartbeat is at most ``within`` seconds old.
 
     One query; the cut-off is computed on the database's clock, as the lifeline's is.
     """
-    from kathikon.storage.nodes import DatabaseNow
-
-    cutoff = ExpressionWrapper(DatabaseNow() - Value(dt.timedelta(seconds=within)),
-                               output_field=DateTimeField())
-    rows = (Node.objects.using(vendor.alias()).exclude(status=Node.Status.STOPPED)
-            .filter(heartbeat_at__gte=cutoff).values_list("queues", flat=True))
+    rows = _live_nodes(within).values_list("queues", flat=True)
     return {name for queues in rows for name in (queues or {})}
+
+
+def live_node_unknown_workers(within: float) -> list[tuple[str, str, str]]:
+    """``(worker path, node, since)`` for each worker class a live node (heartbeat at most
+    ``within`` seconds old) holds jobs back for, since it cannot import it. One query."""
+    rows = _live_nodes(within).values_list("name", "unknown_workers")
+    return sorted((path, node, str(since)) for node, unknown in rows
+                  for path, since in (unknown or {}).items())
 
 
 def distinct_values(column: str, limit: int = 200) -> list[str]:

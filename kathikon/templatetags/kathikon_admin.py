@@ -33,6 +33,7 @@ def kathikon_overview(context: dict[str, Any]) -> dict[str, Any]:
         "queues": queues,
         "chart": throughput_svg(report.throughput(minutes=60)),
         "failures": report.failure_summary(limit=10, scan_cap=FAILURE_SAMPLE),
+        "unknown_workers": report.unknown_workers(),
         "failure_sample": f"{FAILURE_SAMPLE:,}",
         "count_cap": f"{COUNT_CAP:,}",
         "jobs_url": reverse("admin:kathikon_job_changelist"),

@@ -288,6 +288,26 @@ def test_overview_page(admin_client_op, mixed_jobs):
     assert reverse("admin:app_list", args=["kathikon"]) in index
 
 
+def test_overview_lists_worker_classes_a_live_worker_holds_jobs_back_for(admin_client_op):
+    url = reverse("admin:app_list", args=["kathikon"])
+    assert 'id="kathikon-unknown-workers"' not in admin_client_op.get(url).content.decode()
+    storage.register_node("old-1", "host", 1, {"default": 5})
+    storage.set_node_unknown_workers("old-1", {"shop.workers.NewInRelease":
+                                               "2026-12-03T10:00:00.123456+00:00"})
+    storage.register_node("gone", "host", 2, {"default": 5})
+    storage.set_node_unknown_workers("gone", {"shop.workers.Stale": "2026-12-03T09:00:00"})
+    storage.mark_node_stopped("gone")  # a stopped node holds nothing back any more
+    html = admin_client_op.get(url).content.decode()
+    row = re.search(r'<tr data-unknown-worker="shop.workers.NewInRelease">(.*?)</tr>', html,
+                    re.S)
+    assert row is not None and "old-1" in row.group(1)
+    assert "2026-12-03 10:00:00" in row.group(1)
+    assert "shop.workers.Stale" not in html
+    assert "Restart the workers listed" in html
+    storage.register_node("old-1", "host", 3, {"default": 5})  # restarted: it knows now
+    assert 'id="kathikon-unknown-workers"' not in admin_client_op.get(url).content.decode()
+
+
 def test_overview_hidden_without_view_permission(db, mixed_jobs):
     staff_user("nodes-only", "view_node")
     client = Client()
