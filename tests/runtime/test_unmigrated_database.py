@@ -109,15 +109,19 @@ print("SEEN " + json.dumps(seen))
 """
 
 
-def test_insert_says_to_migrate(empty_database: str, tmp_path: Path):
-    env = WorkerProcesses(tmp_path).environment(env={"KATHIKON_DB_NAME": empty_database})
-    done = subprocess.run([sys.executable, str(MANAGE), "shell", "-c",
-                           textwrap.dedent(INSERT_SCRIPT)],
+def seen_by(script: str, database: str, tmp_path: Path) -> dict[str, Any]:
+    """Run ``script`` in ``manage.py shell`` against ``database``; what it printed as SEEN."""
+    env = WorkerProcesses(tmp_path).environment(env={"KATHIKON_DB_NAME": database})
+    done = subprocess.run([sys.executable, str(MANAGE), "shell", "-c", textwrap.dedent(script)],
                           env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))
-    seen = json.loads(line[5:])
+    return json.loads(line[5:])
+
+
+def test_insert_says_to_migrate(empty_database: str, tmp_path: Path):
+    seen = seen_by(INSERT_SCRIPT, empty_database, tmp_path)
     assert set(seen) == {"insert", "insert_many", "claim_available",
                          "after_insert_many_in_atomic", "block_after_insert"}
     for key in ("insert", "insert_many", "claim_available"):
@@ -149,20 +153,14 @@ print("SEEN " + json.dumps(seen))
 
 
 def test_every_ops_command_says_to_migrate(empty_database: str, tmp_path: Path):
-    env = WorkerProcesses(tmp_path).environment(env={"KATHIKON_DB_NAME": empty_database})
-    done = subprocess.run([sys.executable, str(MANAGE), "shell", "-c",
-                           textwrap.dedent(OPS_SCRIPT)],
-                          env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    line = next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))
-    seen = json.loads(line[5:])
+    seen = seen_by(OPS_SCRIPT, empty_database, tmp_path)
     assert len(seen) == 12, seen
     for command, outcome in seen.items():
         assert outcome != "no error", command
         code, message = outcome
         assert code == NotMigrated.exit_code, (command, message)
         assert "run `python manage.py migrate`" in message, (command, message)
+    env = WorkerProcesses(tmp_path).environment(env={"KATHIKON_DB_NAME": empty_database})
     summary = subprocess.run([sys.executable, str(MANAGE), "kathikon_ops", "summary"],
                              env=env, cwd=str(ROOT), capture_output=True, text=True,
                              timeout=120, check=False)
