@@ -18,6 +18,7 @@ from django.core.signals import setting_changed
 from kathikon.exceptions import InvalidQueue, shown
 from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import parse as parse_limits
+from kathikon.storable import MAX_INT
 
 QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.-]{1,63}\Z")  # \Z: "default\n" is no queue name
 # Jobs one node runs at once in one queue (each is an executor slot): settings, --queues
@@ -100,9 +101,10 @@ def _problems(raw: Any) -> list[Problem]:
                                  f"seconds from 0 to {MAX_SECONDS} (about 100 years), "
                                  f"not {shown(values[key])}.", "Give a duration in seconds."))
     attempts = values["MAX_ATTEMPTS"]
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts < 2**31:
+    if (isinstance(attempts, bool) or not isinstance(attempts, int)
+            or not 1 <= attempts <= MAX_INT):
         found.append(Problem("kathikon.E005", "KATHIKON['MAX_ATTEMPTS'] must be an int in "
-                             f"1..{2**31 - 1}, "
+                             f"1..{MAX_INT}, "
                              f"not {shown(attempts)}.", "Use 1 to never retry."))
     if values["RESULT_STORAGE"] not in ("store", "discard"):
         found.append(Problem("kathikon.E006", "KATHIKON['RESULT_STORAGE'] must be 'store' or "

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kathikon
-from kathikon import conf, report
+from kathikon import conf, known_queues, report
 from kathikon.exceptions import ActionNotAllowed, InvalidState, KathikonError
 from kathikon.ids import parse_id
 from kathikon.models import Job
@@ -195,13 +195,8 @@ def all_queues() -> dict[str, list[str]]:
     and ``jobs`` (it holds jobs): a queue a worker runs but that is in none of
     the settings is paused too. A few index-only queries, whatever the job count.
     """
-    sources = (
-        ("settings", conf.queue_names()),
-        ("TASKS", conf.tasks_queue_names()),
-        ("row", queue_storage.queue_rows()),
-        ("worker", reports.live_node_queues(conf.rescue_after())),
-        ("jobs", reports.distinct_values("queue", limit=ALL_QUEUES_CAP)),
-    )
+    sources = (*known_queues.queue_sources(),
+               ("jobs", reports.distinct_values("queue", limit=ALL_QUEUES_CAP)))
     found: dict[str, list[str]] = {}
     for reason, names in sources:
         for name in names:

@@ -21,6 +21,7 @@ from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidJob, shown
 from kathikon.ids import new_id, parse_id
 from kathikon.states import JobState
+from kathikon.storable import MAX_INT, MAX_JSON_DEPTH, nests_too_deep
 from kathikon.unique import Unique, as_unique
 from kathikon.workers import Worker, resolve_worker
 
@@ -44,11 +45,6 @@ _valid_queues: set[str] = set()  # names that passed QUEUE_NAME (insert_many che
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 # A flat dict of these (str keys) always survives the JSON round trip: no need to check.
 _PLAIN_TYPES = frozenset({str, int, bool, float, type(None)})
-#: Deepest nesting of dicts and lists in args or meta (the top-level dict counts): MariaDB's
-#: JSON_VALID refuses 32 levels, so every database refuses them alike.
-MAX_JSON_DEPTH = 31
-#: The largest value an integer column (max_attempts) holds on every database.
-MAX_INT = 2**31 - 1
 #: The longest worker path: the ``max_length`` of ``Job.worker`` and ``CronSchedule.worker``.
 MAX_WORKER_PATH = 255
 # In the encoder's ASCII output, NUL and surrogates appear only as these escapes (or after a
@@ -220,7 +216,7 @@ def dump_args(args: Any, key: str = "args") -> tuple[dict[str, Any], str]:
     if _SUSPECT_ESCAPE.search(text):
         _check_text(args, key)
     if not _plain(args):
-        if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth(args) > MAX_JSON_DEPTH:
+        if nests_too_deep(args, text):
             raise _too_deep(key)
         if json.loads(text) != args:
             raise InvalidJob(_bad_arg_message(args, key), key=_bad_arg_key(args, key))
@@ -238,7 +234,7 @@ def dump_value(value: Any, key: str) -> str:
                          "dicts of them with string keys", key=key) from None
     if _SUSPECT_ESCAPE.search(text):
         _check_text(value, key)
-    if text.count("{") + text.count("[") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+    if nests_too_deep(value, text):
         raise _too_deep(key)
     if json.loads(text) != value:
         raise InvalidJob(f"{key} does not survive a JSON round trip (tuples, for one, come "
@@ -249,21 +245,6 @@ def dump_value(value: Any, key: str) -> str:
 def _too_deep(key: str) -> InvalidJob:
     return InvalidJob(f"{key} is nested more than {MAX_JSON_DEPTH} levels deep (dicts and "
                       "lists; MariaDB refuses deeper JSON, so every database does)", key=key)
-
-
-def _depth(value: Any) -> int:
-    """How deep dicts and lists nest in ``value`` (a JSON-encodable object); iterative."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > deepest:
-            deepest = level
-            if deepest > MAX_JSON_DEPTH:
-                return deepest
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, level + 1) for child in children
-                     if isinstance(child, (dict, list, tuple)))
-    return deepest
 
 
 def _check_text(value: Any, key: str) -> None:

@@ -114,9 +114,19 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 setting_changed.connect(_on_setting_changed, dispatch_uid="kathikon.known_queues.reset")
 
 
+def queue_sources() -> tuple[tuple[str, Iterable[str]], ...]:
+    """Where a known queue comes from, read now (two queries): ``settings``
+    (``KATHIKON["QUEUES"]``), ``TASKS``, ``row`` (a ``Queue`` row) and ``worker`` (a
+    live node runs it, ``--queues`` say). The one list of them: ``dashboard.all_queues``
+    adds the queues that hold jobs."""
+    return (("settings", conf.queue_names()), ("TASKS", conf.tasks_queue_names()),
+            ("row", storage.queues.queue_rows()),
+            ("worker", storage.reports.live_node_queues(conf.rescue_after())))
+
+
 def known_queue_names() -> set[str]:
-    """Every known queue, read now: settings, rows and live nodes (two queries)."""
-    return {*conf.served_queue_names(), *storage.queues.known_queue_names(conf.rescue_after())}
+    """Every known queue, read now (:func:`queue_sources`)."""
+    return {name for _, names in queue_sources() for name in names}
 
 
 def unknown(name: object) -> str | None:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kathikon.exceptions import InvalidQueue, shown
+from kathikon.storable import MAX_INT
 
 LIMIT_KEYS = ("global_limit", "partition", "rate_limit")
 #: The largest limit: what an integer column (the queue's rate count) holds and every
-#: database binds in the claim (SQLite refuses integers past 64 bits).
-MAX_LIMIT = 2**31 - 1
+#: database binds in the claim.
+MAX_LIMIT = MAX_INT
 _ARG_KEY = re.compile(r"\Aargs\.[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
@@ -117,6 +118,17 @@ def merged(settings: dict[str, Any], override: dict[str, Any] | None) -> Limits:
     options = {key: settings.get(key) for key in LIMIT_KEYS}
     options.update({key: value for key, value in (override or {}).items() if key in LIMIT_KEYS})
     return parse(options)
+
+
+def in_force(settings: dict[str, Any],
+             override: dict[str, Any] | None) -> tuple[Limits, InvalidQueue | None]:
+    """The limits workers apply: :func:`merged`, or the settings' alone when the stored
+    override is bad (written before a check existed, or by hand), with the error that
+    says why, so that workers, reports and the admin ignore it alike and can say so."""
+    try:
+        return merged(settings, override), None
+    except InvalidQueue as exc:
+        return merged(settings, None), exc
 
 
 def _key_by(value: Any) -> bool:

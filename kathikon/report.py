@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kathikon import conf
-from kathikon.exceptions import InvalidQueue, read_kind
-from kathikon.limits import Limits
-from kathikon.limits import merged as merged_limits
+from kathikon.exceptions import read_kind
+from kathikon.limits import in_force as limits_in_force
 from kathikon.states import JobState
 from kathikon.storage import limited, reports, vendor
 from kathikon.storage import queues as queue_storage
@@ -156,7 +155,7 @@ def queue_summary(now: dt.datetime | None = None, *,
         done = finished.get((name, JobState.COMPLETED), {})
         dead = finished.get((name, JobState.DEAD), {})
         override = queue_row.concurrency if queue_row is not None else None
-        flow = _limits(configured.get(name, {}), queue_row)
+        flow, _ = limits_in_force(configured.get(name, {}), getattr(queue_row, "limits", None))
         rate_used, _ = limited.rate_use(queue_row, flow, now)
         summaries.append(QueueSummary(
             name=name,
@@ -177,13 +176,6 @@ def queue_summary(now: dt.datetime | None = None, *,
             else None,
         ))
     return summaries
-
-
-def _limits(settings: dict[str, Any], row: Any) -> Limits:
-    try:
-        return merged_limits(settings, getattr(row, "limits", None))
-    except InvalidQueue:  # a bad stored override: the worker ignores it too
-        return merged_limits(settings, None)
 
 
 def served_queues() -> set[str]:

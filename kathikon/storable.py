@@ -38,9 +38,11 @@ MAX_MESSAGE = 8_000
 MAX_TRACEBACK = 32_000
 #: Largest result stored (bytes of its JSON encoding).
 MAX_RESULT_BYTES = 1_000_000
-#: Deepest nesting of dicts and lists in a result (the top level counts), as for args
-#: (``kathikon.jobspec.MAX_JSON_DEPTH``): MariaDB refuses 32 levels, so every database does.
-MAX_RESULT_DEPTH = 31
+#: Deepest nesting of dicts and lists in args, meta or a result (the top level counts):
+#: MariaDB's JSON_VALID refuses 32 levels, so every database refuses them alike.
+MAX_JSON_DEPTH = 31
+#: What a result may nest: the rule for what goes in (args) holds for what comes out.
+MAX_RESULT_DEPTH = MAX_JSON_DEPTH
 #: The key of the marker stored as ``job.result`` in place of a result that cannot be stored.
 UNSTORED = "kathikon_unstored"
 #: Why a result was not stored (the marker's ``reason``); ``refused``: the database refused
@@ -48,6 +50,9 @@ UNSTORED = "kathikon_unstored"
 REASONS = ("not_json", "bad_text", "too_deep", "too_large", "refused")
 #: Longest ``message`` of the marker (characters; head and tail kept).
 MAX_MARKER_MESSAGE = 1_000
+#: The largest value an integer column holds, and a claim binds, on every database
+#: (max_attempts, limits; SQLite refuses integers past 64 bits, MariaDB's INT stops here).
+MAX_INT = 2**31 - 1
 #: Longest delay of a retry or a snooze: 365 days (longer ones are clamped to it).
 MAX_DELAY = 365 * 24 * 3600.0
 
@@ -122,7 +127,7 @@ def _stored_form(result: Any) -> tuple[Any, tuple[str, str] | None]:
         return None, ("too_deep", _too_deep())
     # Brackets inside strings count too: only a cheap test before the exact one. First, so
     # the (recursive) text check below never walks a value nested deeper than this.
-    if encoded.count("[") + encoded.count("{") > MAX_RESULT_DEPTH and _too_nested(decoded):
+    if nests_too_deep(decoded, encoded):
         return None, ("too_deep", _too_deep())
     # json.dumps escapes every non-ASCII character: only then can a string hold NUL or a
     # lone surrogate, which PostgreSQL's jsonb and MariaDB's JSON refuse.
@@ -137,16 +142,20 @@ def _too_deep() -> str:
             "deep (dicts and lists; MariaDB refuses deeper JSON, so every database does)")
 
 
-def _too_nested(value: Any) -> bool:
-    """Whether dicts and lists nest more than ``MAX_RESULT_DEPTH`` deep (iterative)."""
-    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+def nests_too_deep(value: Any, text: str) -> bool:
+    """Whether dicts and lists (tuples too, before a JSON round trip) nest in ``value``
+    more than ``MAX_JSON_DEPTH`` deep. ``text`` is its JSON: fewer brackets than that
+    (brackets in strings count too) answers at once; else an iterative walk."""
+    if text.count("{") + text.count("[") <= MAX_JSON_DEPTH:
+        return False
+    stack = [(value, 1)] if isinstance(value, (dict, list, tuple)) else []
     while stack:
         item, level = stack.pop()
-        if level > MAX_RESULT_DEPTH:
+        if level > MAX_JSON_DEPTH:
             return True
         children = item.values() if isinstance(item, dict) else item
         stack.extend((child, level + 1) for child in children
-                     if isinstance(child, (dict, list)))
+                     if isinstance(child, (dict, list, tuple)))
     return False
 
 

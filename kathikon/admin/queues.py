@@ -31,9 +31,8 @@ from kathikon.admin.common import (
     refuse_unreadable,
 )
 from kathikon.conf import MAX_CONCURRENCY
-from kathikon.exceptions import InvalidQueue, KathikonError
-from kathikon.limits import LIMIT_KEYS
-from kathikon.limits import merged as merged_limits
+from kathikon.exceptions import KathikonError
+from kathikon.limits import LIMIT_KEYS, in_force
 from kathikon.models import Queue
 
 # -- queues ----------------------------------------------------------------------------------
@@ -224,11 +223,11 @@ def limits_in_force(queue: Queue) -> list[dict[str, Any]]:
     """Each limit with the value in force, where it comes from and what clearing does."""
     settings = conf.queue_config(queue.name)
     override = queue.limits if isinstance(queue.limits, dict) else {}
-    try:
-        effective = merged_limits(settings, override).as_options()
-    except InvalidQueue:  # a bad stored override: the workers ignore it too
-        effective, override = merged_limits(settings, None).as_options(), {}
-    configured = merged_limits(settings, None).as_options()
+    flow, ignored = in_force(settings, override)
+    if ignored is not None:  # a bad stored override: the workers ignore it too
+        override = {}
+    effective = flow.as_options()
+    configured = in_force(settings, None)[0].as_options()
     rows = []
     for key in LIMIT_KEYS:
         value, from_settings = effective[key], configured[key]

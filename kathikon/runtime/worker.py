@@ -37,10 +37,10 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from kathikon import conf, signals, storage
 from kathikon.backoff import failure_delay
-from kathikon.exceptions import InvalidQueue, NodeNameInUse, NodeSuperseded, NotMigrated
+from kathikon.exceptions import NodeNameInUse, NodeSuperseded, NotMigrated
 from kathikon.executor import Execution, Executor
 from kathikon.limits import Limits
-from kathikon.limits import merged as merged_limits
+from kathikon.limits import in_force as limits_in_force
 from kathikon.models import Node
 from kathikon.runtime import loop
 from kathikon.runtime.acker import Acker
@@ -205,12 +205,11 @@ class WorkerProcess:
         return {name: self._queue_flow_of(name, rows) for name in list(self.dispatchers)}
 
     def _queue_flow_of(self, name: str, rows: Mapping[str, Any]) -> Limits:
-        override = getattr(rows.get(name), "limits", None)
-        try:
-            return merged_limits(conf.queue_config(name), override)
-        except InvalidQueue as exc:
-            logger.warning("kathikon: queue %s: ignoring the stored limits (%s)", name, exc)
-            return merged_limits(conf.queue_config(name), None)
+        flow, ignored = limits_in_force(conf.queue_config(name),
+                                        getattr(rows.get(name), "limits", None))
+        if ignored is not None:
+            logger.warning("kathikon: queue %s: ignoring the stored limits (%s)", name, ignored)
+        return flow
 
     def _add_dispatcher(self, name: str, concurrency: int) -> None:
         dispatcher = Dispatcher(name, concurrency, self.node, self.acker,

@@ -33,6 +33,7 @@ from django.db.models import F
 from kathikon.limits import Limits
 from kathikon.models import Job, Queue, RateWindow
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
+from kathikon.storable import MAX_INT
 from kathikon.storage import vendor
 from kathikon.storage.fragments import CLAIMABLE_SQL, EXECUTING_SQL
 from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
@@ -324,7 +325,7 @@ def _rank_partitions(queue: str, budget: int, limits: Limits, clock: dt.datetime
     rate limit per partition, the starts left in its window.
     """
     part = _partition_sql(limits)
-    per = int(limits.partition_limit or 2**31 - 1)
+    per = int(limits.partition_limit or MAX_INT)
     connection = vendor.connection()
     stamp = connection.ops.adapt_datetimefield_value(clock)
     allowance, rate_join, rate_full, rate_params = "%s - COALESCE(r.n, 0)", "", "", []

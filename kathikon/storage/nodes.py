@@ -179,6 +179,8 @@ def mark_nodes_crashed(cutoff: dt.datetime) -> list[str]:
     """Record as ``crashed`` the nodes not stopped whose heartbeat is older than ``cutoff``
     (database clock); returns their names. Rows a heartbeat holds are skipped: they live."""
     live = (Node.Status.RUNNING, Node.Status.STOPPING)
+    if not _nodes().filter(status__in=live, heartbeat_at__lt=cutoff).exists():
+        return []  # every lifeline tick of every node: one read, no transaction
     with vendor.atomic():
         rows = _nodes().filter(status__in=live, heartbeat_at__lt=cutoff)
         if vendor.vendor() != "sqlite":  # SQLite's single writer serialises this already

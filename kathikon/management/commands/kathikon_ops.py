@@ -18,8 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kathikon import conf, dashboard, known_queues, report
 from kathikon.exceptions import KathikonError, NotMigrated
-from kathikon.jobspec import MAX_INT
 from kathikon.states import JobState
+from kathikon.storable import MAX_INT
 from kathikon.storage.schema import explain_missing_schema
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
