@@ -30,8 +30,9 @@ transaction semantics, the admin, retries and Kathikon's signals with every
 other job. Per-task options come from, in order: ``@task(max_attempts=…,
 timeout=…, backoff=…)`` (this backend's ``task_class`` accepts them),
 ``OPTIONS["tasks"][task path]``, then ``OPTIONS``. Django's ``task_enqueued``,
-``task_started`` and ``task_finished`` signals are sent besides Kathikon's
-(``task_started``/``task_finished`` once per attempt). See docs/tasks-backend.md.
+``task_started`` and ``task_finished`` signals are sent besides Kathikon's:
+``task_started`` once per attempt, ``task_finished`` once per task, when its job
+is completed, dead or cancelled. See docs/tasks-backend.md.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from django.utils.module_loading import import_string
 from kathikon import compat, signals
 from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidJob, JobNotFound, read_kind
-from kathikon.states import JobState
+from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.unique import as_unique
 from kathikon.workers import Discard, Outcome, Worker
 
@@ -253,7 +254,7 @@ def task_result(job: Any, task: Any = None) -> Any:
             task = load_task(job.args.get("task", ""))
         except Discard as gone:
             task = _stand_in(job, alias, gone)
-            if job.state not in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED):
+            if job.state not in TERMINAL_STATES:
                 status = compat.TaskResultStatus.FAILED
                 cause = gone.__cause__ or gone
                 errors.append(compat.TaskError(
@@ -263,7 +264,7 @@ def task_result(job: Any, task: Any = None) -> Any:
             task = _task_for(job, task, alias)
     else:
         task = _task_for(job, task, alias)
-    terminal = job.state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
+    terminal = job.state in TERMINAL_STATES
     result: Any = compat.TaskResult(
         task=task,
         id=job.id.hex,
@@ -346,7 +347,8 @@ def _option_problem(options: dict[str, Any]) -> str | None:
     return None
 
 
-# Django's task signals, sent from Kathikon's (sender = the backend class).
+# Django's task signals, sent from Kathikon's (sender = the backend class). A snooze is
+# neither a start nor a finish: the task stays READY and runs again later.
 
 def _sender(job: Any) -> type:
     try:
@@ -376,13 +378,18 @@ def _on_started(sender: Any, job: Any, **kwargs: Any) -> None:
 
 def _on_finished(sender: Any, job: Any, exception: BaseException | None = None,
                  **kwargs: Any) -> None:
+    # Django sends task_finished once, with the finished result (SUCCESSFUL or FAILED).
+    # A failed attempt with a retry due, or a rescue that puts the job back to available,
+    # leaves the task READY: it has not finished, so nothing is sent.
+    if job.state not in TERMINAL_STATES:
+        return
     _send(compat.task_finished, job, exception)
 
 
 signals.job_inserted.connect(_on_inserted, sender=TaskWorker, dispatch_uid="kathikon.tasks.ins")
 signals.job_started.connect(_on_started, sender=TaskWorker, dispatch_uid="kathikon.tasks.start")
 for _signal in (signals.job_completed, signals.job_failed, signals.job_discarded,
-                signals.job_snoozed, signals.job_cancelled, signals.job_rescued):
+                signals.job_cancelled, signals.job_rescued):
     _signal.connect(_on_finished, sender=TaskWorker, dispatch_uid="kathikon.tasks.finish")
 
 __all__ = ["STATUS", "KathikonBackend", "KathikonTask", "TaskWorker", "task_result"]

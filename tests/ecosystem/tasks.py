@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import kathikon
 from kathikon.compat import task
 
 
@@ -61,3 +62,22 @@ def returns_object():
 @task
 def plain():
     return None
+
+
+_snoozed: set[str] = set()
+
+
+@task(takes_context=True)
+def snoozes_once(context):
+    """Snoozes on its first run (the attempt is not counted), returns on the next."""
+    if context.task_result.id not in _snoozed:
+        _snoozed.add(context.task_result.id)
+        return kathikon.Snooze(60)
+    return "woke"
+
+
+@task(takes_context=True, max_attempts=3, backoff=0)
+def discards(context):
+    if context.attempt < 2:
+        raise RuntimeError("attempt 1 fails, a retry follows")
+    raise kathikon.Discard("attempt 2 gives up")

@@ -285,8 +285,7 @@ def test_django_task_signals_fire_besides_kathikons(db):
         ("started", backend, ok.id, Status.RUNNING),
         ("finished", backend, ok.id, Status.SUCCESSFUL),
         ("enqueued", backend, bad.id, Status.READY),
-        ("started", backend, bad.id, Status.RUNNING),
-        ("finished", backend, bad.id, Status.READY),  # attempt 1 failed, a retry is due
+        ("started", backend, bad.id, Status.RUNNING),  # attempt 1 fails: a retry, no finish
         ("started", backend, bad.id, Status.RUNNING),
         ("finished", backend, bad.id, Status.FAILED),
     ]

@@ -73,6 +73,96 @@ def test_rows_written_before_attempt_starts_were_kept_read_as_before(db):
     assert result.started_at == result.last_attempted_at == job.started_at
 
 
+# -- task_finished: once per task, when it has finished -----------------------------------------
+
+@pytest.fixture
+def sent():
+    """(signal, task_result.id, status, exception class in sys.exc_info()) per Django signal."""
+    seen: list[tuple[str, str, str, type | None]] = []
+
+    def record(name):
+        def receiver(sender, task_result, **kwargs):
+            assert sender is backends.KathikonBackend
+            seen.append((name, task_result.id, task_result.status, sys.exc_info()[0]))
+        return receiver
+
+    receivers = {name: record(name) for name in ("started", "finished")}
+    for name, receiver in receivers.items():
+        getattr(compat, f"task_{name}").connect(receiver)
+    yield seen
+    for name, receiver in receivers.items():
+        getattr(compat, f"task_{name}").disconnect(receiver)
+
+
+def test_a_task_that_succeeds_at_once_finishes_once(db, sent):
+    result = tasks.add.enqueue(1, 2)
+    assert drain_queue().completed == 1
+    assert sent == [("started", result.id, Status.RUNNING, None),
+                    ("finished", result.id, Status.SUCCESSFUL, None)]
+
+
+def test_a_failed_attempt_with_a_retry_due_does_not_finish_the_task(db, sent):
+    result = tasks.flaky.enqueue()  # fails attempt 1, succeeds on attempt 2
+    assert drain_queue().failed == 1
+    assert kathikon.fetch(result.id).state == "retryable"
+    assert sent == [("started", result.id, Status.RUNNING, None)]  # READY: not finished
+    assert drain_queue(with_scheduled=True).completed == 1
+    assert sent == [("started", result.id, Status.RUNNING, None),
+                    ("started", result.id, Status.RUNNING, None),
+                    ("finished", result.id, Status.SUCCESSFUL, None)]
+
+
+def test_a_task_failing_every_attempt_finishes_once_failed(db, sent):
+    result = tasks.always_fails.enqueue("boom")  # max_attempts=2
+    assert drain_queue().failed == 1
+    assert drain_queue(with_scheduled=True).failed == 1
+    assert kathikon.fetch(result.id).state == "dead"
+    # The last attempt's exception is in sys.exc_info(), for Django's log receiver.
+    assert sent == [("started", result.id, Status.RUNNING, None),
+                    ("started", result.id, Status.RUNNING, None),
+                    ("finished", result.id, Status.FAILED, ValueError)]
+
+
+def test_a_discarded_task_finishes_once_failed(db, sent):
+    result = tasks.discards.enqueue()  # attempt 1 fails, attempt 2 discards
+    counts = drain_queue(with_scheduled=True, with_recursion=True)
+    assert (counts.failed, counts.discarded) == (1, 1)
+    assert [(name, status) for name, _, status, _ in sent] == [
+        ("started", Status.RUNNING), ("started", Status.RUNNING), ("finished", Status.FAILED)]
+    assert kathikon.fetch(result.id).state == "dead"
+
+
+def test_a_snoozed_task_finishes_once_when_it_completes(db, sent):
+    result = tasks.snoozes_once.enqueue()
+    assert drain_queue().snoozed == 1
+    assert [name for name, *_ in sent] == ["started"]  # snoozed: READY, runs again
+    assert drain_queue(with_scheduled=True).completed == 1
+    assert [(name, status) for name, _, status, _ in sent] == [
+        ("started", Status.RUNNING), ("started", Status.RUNNING),
+        ("finished", Status.SUCCESSFUL)]
+    assert tasks.snoozes_once.get_result(result.id).return_value == "woke"
+
+
+@pytest.mark.parametrize("task, finished", [
+    (tasks.add, []),  # attempts left: back to READY, not finished
+    (tasks.slow_sync, [Status.FAILED]),  # max_attempts=1: the rescue leaves it dead
+], ids=["retried", "dead"])
+def test_a_rescued_task_finishes_only_when_the_rescue_leaves_it_dead(db, sent, task, finished):
+    from kathikon.storage import rescue
+
+    result = task.enqueue(1)
+    kathikon.claim(result.id, node="gone:1")  # an external runner's claim, then it vanished
+    assert len(rescue.rescue_jobs(nodes=["gone:1"])) == 1
+    assert [status for name, _, status, _ in sent if name == "finished"] == finished
+
+
+def test_a_cancelled_task_finishes_once_failed_without_starting(db, sent):
+    result = tasks.add.enqueue(1, 2)
+    kathikon.cancel(result.id)
+    assert sent == [("finished", result.id, Status.FAILED, None)]
+    assert drain_queue().completed == 0 and len(sent) == 1
+
+
 # -- get_result for a task that no longer imports -------------------------------------------------
 
 @pytest.mark.parametrize("path, kind", [
