@@ -31,6 +31,7 @@ from kathikon.exceptions import (
     InvalidQueue,
     InvalidSchedule,
     InvalidState,
+    InvalidWorkflow,
     JobExecuting,
     JobNotFound,
     JobTimeout,
@@ -41,6 +42,8 @@ from kathikon.exceptions import (
     TransactionLeftOpen,
     UnstorableOutcome,
     WorkerCrashed,
+    WorkflowFinished,
+    WorkflowNotFound,
 )
 from kathikon.states import JobState
 from kathikon.unique import Unique
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
     from kathikon.completion import complete_in_transaction
     from kathikon.models import Job
     from kathikon.runners import complete, discard, fail, snooze
+    from kathikon.workflows import Workflow
 
 __version__ = "0.1.0"
 
@@ -89,14 +93,15 @@ _LAZY = {
     "Job": "kathikon.models",
     "complete_in_transaction": "kathikon.completion",
     "Batch": "kathikon.batch",
+    "Workflow": "kathikon.workflows",
 }
 
 
 def __getattr__(name: str) -> Any:
     from importlib import import_module
 
-    if name == "cron":  # the public submodule (kathikon.cron.insert, …), loaded on first use
-        return import_module("kathikon.cron")
+    if name in ("cron", "workflows"):  # public submodules, loaded on first use
+        return import_module(f"kathikon.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kathikon' has no attribute {name!r}")
@@ -109,14 +114,15 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ActionNotAllowed", "Batch", "BatchClosed", "BatchNotFound", "CronNotFound", "Discard",
     "EventLoopDied", "ExecutorThreadDied", "InsertResult", "InvalidJob", "InvalidQueue",
-    "InvalidSchedule", "InvalidState", "Job", "JobExecuting", "JobNotFound", "JobState",
-    "JobTimeout", "KathikonError", "NodeVanished", "NotMigrated", "Retry", "Snooze",
-    "StaleLease", "TransactionLeftOpen", "Unique", "UnstorableOutcome", "Worker",
-    "WorkerCrashed", "__version__", "aall", "acancel", "aclaim", "aclaim_available",
-    "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory", "ainsert",
-    "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry", "aschedule",
-    "aset_queue_limits", "asnooze", "astart_queue", "astatus", "backoff_seconds", "cancel",
-    "claim", "claim_available", "complete", "complete_in_transaction", "cron", "dead_jobs",
-    "discard", "fail", "fetch", "history", "insert", "insert_many", "pause_queue", "rerun",
-    "resume_queue", "retry", "schedule", "set_queue_limits", "snooze", "start_queue", "status",
+    "InvalidSchedule", "InvalidState", "InvalidWorkflow", "Job", "JobExecuting", "JobNotFound",
+    "JobState", "JobTimeout", "KathikonError", "NodeVanished", "NotMigrated", "Retry", "Snooze",
+    "StaleLease", "TransactionLeftOpen", "Unique", "UnstorableOutcome", "Worker", "WorkerCrashed",
+    "Workflow", "WorkflowFinished", "WorkflowNotFound", "__version__", "aall", "acancel", "aclaim",
+    "aclaim_available", "acomplete", "adead_jobs", "adiscard", "afail", "afetch", "ahistory",
+    "ainsert", "ainsert_many", "all", "apause_queue", "arerun", "aresume_queue", "aretry",
+    "aschedule", "aset_queue_limits", "asnooze", "astart_queue", "astatus", "backoff_seconds",
+    "cancel", "claim", "claim_available", "complete", "complete_in_transaction", "cron",
+    "dead_jobs", "discard", "fail", "fetch", "history", "insert", "insert_many", "pause_queue",
+    "rerun", "resume_queue", "retry", "schedule", "set_queue_limits", "snooze", "start_queue",
+    "status", "workflows"
 ]

@@ -29,6 +29,7 @@ from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import merged as merged_limits
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
+from kathikon.workflows.announce import announce
 
 
 def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None = None,
@@ -120,13 +121,17 @@ def cancel(job_id: object) -> Job:
         from kathikon.batch import children_finished
 
         children_finished([job.batch_id])
+    announce(job.settled)  # a workflow step: what its cancel released or cancelled
     return job
 
 
 def retry(job_id: object) -> Job:
     """Put the same job back to available now (from scheduled, retryable, dead, cancelled,
-    completed)."""
-    return storage.retry_job(job_id)
+    completed). A workflow step continues its workflow: what its failure cancelled waits
+    for it again (kathikon.workflows)."""
+    job = storage.retry_job(job_id)
+    announce(job.settled)
+    return job
 
 
 def rerun(job_id: object) -> Job:

@@ -28,3 +28,9 @@ class KathikonConfig(AppConfig):
         from kathikon.jobspec import build_row
 
         return build_row(worker, args, options).to_job()
+
+    def dep_results(self, job: Job) -> dict[str, Any]:
+        """``Job.dep_results``: the results of a workflow step's dependencies, one query."""
+        from kathikon.storage.workflows import dep_results
+
+        return dep_results(job)

@@ -62,6 +62,23 @@ class BatchNotFound(KathikonError, LookupError):
     """No batch has that id."""
 
 
+class WorkflowNotFound(KathikonError, LookupError):
+    """No workflow has that id."""
+
+
+class InvalidWorkflow(KathikonError, ValueError):
+    """The workflow's steps or dependencies are invalid (a cycle, an unknown dependency, a
+    step name used twice); nothing was inserted."""
+
+    def __init__(self, message: str | None = None, *, step: str | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class WorkflowFinished(KathikonError):
+    """The workflow has finished (or was cancelled) and takes no more steps."""
+
+
 class CronNotFound(KathikonError, LookupError):
     """No cron schedule has that id."""
 

@@ -59,6 +59,7 @@ from kathikon.storable import (
 )
 from kathikon.storage import Ack, Acked, hygiene, start_job, write_acks
 from kathikon.workers import Discard, Retry, Snooze, Worker
+from kathikon.workflows.announce import announce as announce_settled
 
 logger = logging.getLogger("kathikon")
 
@@ -336,6 +337,8 @@ def announce(executions: Sequence[Execution], acked: Acked) -> None:
         _send_outcome(execution)
     if acked.finished_batches:  # one query; jobs outside batches pay nothing
         _batches.children_finished(acked.finished_batches)
+    if acked.settled:  # workflow steps released or finished in the ack's transaction
+        announce_settled(acked.settled)
 
 
 def unstorable(execution: Execution, exc: BaseException, *, detail: bool = True) -> Execution:

@@ -75,6 +75,12 @@ class JobRow:
     unique_key: str | None = None
     unique_states: int | None = None
     replace: tuple[str, ...] = ()  # fields a clash overwrites on the job holding the key
+    # workflow steps only (kathikon.workflows)
+    workflow_id: uuid.UUID | None = None
+    step: str | None = None
+    deps_waiting: int | None = None
+    deps_failed: int | None = None
+    on_dep_failure: str | None = None
 
     def to_job(self) -> Job:
         """The unsaved Job; built without ``Model.__init__``'s per-field work when nothing
@@ -92,6 +98,10 @@ class JobRow:
                  "batch_id": self.batch_id, "parent_job_id": self.parent_job_id,
                  "cron_id": self.cron_id, "unique_key": self.unique_key,
                  "unique_states": self.unique_states}
+        if self.workflow_id is not None:
+            given.update(workflow_id=self.workflow_id, step=self.step,
+                         deps_waiting=self.deps_waiting, deps_failed=self.deps_failed,
+                         on_dep_failure=self.on_dep_failure)
         if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
             return Job(**given)
         job = Job.__new__(Job)

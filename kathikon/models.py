@@ -21,7 +21,7 @@ from kathikon.limits import parse as parse_limits
 from kathikon.states import CLAIMABLE_STATES, RESTING_STATES, TERMINAL_STATES, JobState
 
 __all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue",
-           "RateWindow"]
+           "RateWindow", "Workflow", "WorkflowDep"]
 
 
 class Job(models.Model):
@@ -68,11 +68,28 @@ class Job(models.Model):
         null=True, blank=True, help_text="The lease under which it last ran alone.")
     crashes = models.PositiveSmallIntegerField(
         default=0, db_default=0, help_text="Worker processes it took down while running alone.")
+    # Workflows (kathikon.workflows): NULL for every job outside one. A step's counters say
+    # how many of its dependencies have not settled yet and how many ended dead or cancelled;
+    # they change only under the step row's lock, in the transaction that settles a dependency.
+    workflow = models.ForeignKey("Workflow", null=True, blank=True, on_delete=models.DO_NOTHING,
+                                 db_constraint=False, db_index=False, related_name="steps")
+    step = models.CharField(max_length=63, null=True, blank=True,
+                            help_text="The step's name in its workflow.")
+    deps_waiting = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Dependencies not settled yet (workflow steps).")
+    deps_failed = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Dependencies that ended dead or cancelled.")
+    on_dep_failure = models.CharField(
+        max_length=8, null=True, blank=True,
+        help_text="What a failed dependency does to this step: cancel, run or hold.")
 
     #: Set on the job ``insert`` returns: True when an equal unique job already existed.
     conflict: bool = False
     #: True once ``kathikon.complete_in_transaction(job)`` committed (its ack is then skipped).
     completed_in_transaction: bool = False
+    #: Set by a cancel or retry of a workflow step: what settling it changed downstream
+    #: (a ``kathikon.storage.settle.Settled``), for the signals sent after it.
+    settled: Any = None
 
     class Meta:
         ordering = ["-id"]
@@ -125,6 +142,9 @@ class Job(models.Model):
             # The lifeline: executing jobs by node.
             PartialIndex(fields=["attempted_by"], where=Q(state__in=["claimed", "running"]),
                          name="kathikon_job_executing"),
+            # Workflows: a workflow's steps (the workflow page, cancel); most jobs have none.
+            PartialIndex(fields=["workflow", "state"], where=Q(workflow__isnull=False),
+                         name="kathikon_job_workflow"),
             # Quarantine: crash suspects waiting to run alone (there are rarely any).
             PartialIndex(fields=["suspect", "queue"],
                          where=Q(suspect=True, state__in=["available", "retryable"]),
@@ -142,6 +162,9 @@ class Job(models.Model):
             # Unique jobs: one job per key; jobs outside their unique states hold NULL.
             PartialUniqueConstraint(fields=["unique_key"], where=Q(unique_key__isnull=False),
                                     name="kathikon_job_unique_key"),
+            # A step's name is unique in its workflow (NULL outside workflows never clashes).
+            PartialUniqueConstraint(fields=["workflow", "step"], where=Q(workflow__isnull=False),
+                                    name="kathikon_job_workflow_step"),
         ]
         permissions = [
             ("retry_job", "Can retry jobs"),
@@ -165,6 +188,22 @@ class Job(models.Model):
         job: Job = apps.get_app_config("kathikon").build_job(  # type: ignore[attr-defined]
             worker, args, options)
         return job
+
+    def dep_result(self, name: str) -> Any:
+        """The result of the dependency this workflow step calls ``name`` (``KeyError`` if none).
+
+        The first call reads every dependency's result in one query; later calls
+        use that. A dependency on a whole workflow gives ``{step: result}`` of its steps.
+        """
+        return self.dep_results()[name]
+
+    def dep_results(self) -> dict[str, Any]:
+        """``{name: result}`` of every dependency of this workflow step (one query, cached)."""
+        cached = self.__dict__.get("_dep_results")
+        if cached is None:
+            cached = apps.get_app_config("kathikon").dep_results(self)  # type: ignore[attr-defined]
+            self.__dict__["_dep_results"] = cached
+        return cached
 
     def is_claimable(self, now: dt.datetime) -> bool:
         """True when the job is available or retryable and due at ``now``."""
@@ -347,3 +386,65 @@ class CronSchedule(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"{self.worker} @ {self.expression}"
+
+
+class Workflow(models.Model):
+    """A graph of jobs that depend on jobs: see kathikon.workflows.
+
+    ``steps_unfinished`` counts its steps (and sub-workflows) not yet finished;
+    ``steps_failed`` those that ended dead or cancelled. Both change under this
+    row's lock in the transaction that settles a step, so the workflow finishes
+    exactly once.
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"  # every step completed
+        FAILED = "failed", "Failed"  # finished, some step dead or cancelled
+        CANCELLED = "cancelled", "Cancelled"  # cancelled by a person
+
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
+    name = models.CharField(max_length=200)
+    parent_workflow = models.ForeignKey("self", null=True, blank=True,
+                                        on_delete=models.DO_NOTHING, db_constraint=False,
+                                        related_name="sub_workflows")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    steps_total = models.PositiveIntegerField(default=0)
+    steps_unfinished = models.PositiveIntegerField(default=0)
+    steps_failed = models.PositiveIntegerField(default=0)
+    meta = models.JSONField(default=dict, blank=True)
+    inserted_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-inserted_at"]
+        indexes = [models.Index(fields=["status", "inserted_at"],
+                                name="kathikon_workflow_status")]
+        permissions = [("cancel_workflow", "Can cancel workflows"),
+                       ("release_workflow", "Can release held workflow steps")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.id.hex} [{self.status}]"
+
+
+class WorkflowDep(models.Model):
+    """One edge of a workflow graph: step ``job_id`` waits for a job or a whole workflow."""
+
+    job_id = models.UUIDField(help_text="The step that waits.")
+    dep_job_id = models.UUIDField(null=True, blank=True)
+    dep_workflow_id = models.UUIDField(null=True, blank=True)
+    name = models.CharField(max_length=200, help_text="What the step calls this dependency.")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job_id"], name="kathikon_dep_job"),
+            # Settling a step or a workflow finds what waits for it.
+            PartialIndex(fields=["dep_job_id"], where=Q(dep_job_id__isnull=False),
+                         name="kathikon_dep_on_job"),
+            PartialIndex(fields=["dep_workflow_id"], where=Q(dep_workflow_id__isnull=False),
+                         name="kathikon_dep_on_workflow"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id.hex} waits for {self.name}"

@@ -24,6 +24,13 @@ queue_limited      Queue model         queue (name), node, limit ("global_limit"
                                        since the last send), since (seconds); at most once
                                        per second per queue and node
 batch_completed    Batch model         batch, callback_job, completed, dead, cancelled
+workflow_started   Workflow model      workflow (the row; a sub-workflow has
+                                       ``parent_workflow_id``), steps (how many)
+step_released      Workflow model      workflow_id (hex), steps (list of ``(job id hex,
+                                       step name)`` released together: their deps
+                                       settled, or a person released a held step)
+workflow_finished  Workflow model      workflow (the row), status ("completed", "failed"
+                                       or "cancelled")
 cron_enqueued      CronSchedule model  schedule, job, tick
 worker_started     Node model          node (name), queues (name → concurrency)
 worker_stopped     Node model          node (name)
@@ -54,6 +61,9 @@ queue_paused = Signal()
 queue_resumed = Signal()
 queue_limited = Signal()
 batch_completed = Signal()
+workflow_started = Signal()
+step_released = Signal()
+workflow_finished = Signal()
 cron_enqueued = Signal()
 worker_started = Signal()
 worker_stopped = Signal()

@@ -10,6 +10,9 @@ class JobState(models.TextChoices):
 
     ``scheduled → available → claimed → running → completed | retryable | dead |
     cancelled``; ``retryable`` jobs become claimable again at ``available_at``.
+    A workflow step starts ``waiting`` until its dependencies have settled, then is
+    released (``available``), cancelled or ``held`` for a person (kathikon.workflows).
+    New states go last: ``unique_states`` stores one bit per state in this order.
     """
 
     SCHEDULED = "scheduled", "Scheduled"
@@ -20,17 +23,23 @@ class JobState(models.TextChoices):
     RETRYABLE = "retryable", "Retryable"
     DEAD = "dead", "Dead"
     CANCELLED = "cancelled", "Cancelled"
+    WAITING = "waiting", "Waiting"  # a workflow step whose dependencies have not settled
+    HELD = "held", "Held"  # a workflow step held for a person after a dependency failed
 
 
 CLAIMABLE_STATES = (JobState.AVAILABLE, JobState.RETRYABLE)
 EXECUTING_STATES = (JobState.CLAIMED, JobState.RUNNING)
 TERMINAL_STATES = (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
-PENDING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+#: Not started and not finished: the states a job can be cancelled in.
+PENDING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE, JobState.WAITING,
+                  JobState.HELD)
+#: A workflow step waiting for its dependencies, or held for a person.
+BLOCKED_STATES = (JobState.WAITING, JobState.HELD)
 #: Every state but the executing ones and ``completed``: the states a job rests in rather
 #: than passes through on every run. On PostgreSQL the admin's general indexes hold only
 #: these, so a claim (into running) and an ack (into completed) add no entry to them.
 RESTING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE, JobState.DEAD,
-                  JobState.CANCELLED)
+                  JobState.CANCELLED, JobState.WAITING, JobState.HELD)
 
 #: Every transition the storage layer may perform, as (from, to).
 TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
@@ -56,6 +65,15 @@ TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
         (JobState.DEAD, JobState.AVAILABLE),  # retry
         (JobState.CANCELLED, JobState.AVAILABLE),  # retry
         (JobState.COMPLETED, JobState.AVAILABLE),  # retry
+        # workflow steps (kathikon.workflows)
+        (JobState.WAITING, JobState.AVAILABLE),  # released: its dependencies settled
+        (JobState.WAITING, JobState.SCHEDULED),  # released, due later
+        (JobState.WAITING, JobState.HELD),  # a dependency failed; held for a person
+        (JobState.WAITING, JobState.CANCELLED),  # a dependency failed, or cancelled by a person
+        (JobState.HELD, JobState.AVAILABLE),  # released by a person
+        (JobState.HELD, JobState.WAITING),  # the failed dependency was retried
+        (JobState.HELD, JobState.CANCELLED),
+        (JobState.CANCELLED, JobState.WAITING),  # the dependency that cancelled it was retried
     }
 )
 

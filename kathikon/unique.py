@@ -30,9 +30,9 @@ STATE_BITS: dict[str, int] = {state: 1 << i for i, state in enumerate(JobState.v
 
 #: Until the job finishes (completed, dead or cancelled): the default.
 INCOMPLETE = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.CLAIMED, JobState.RUNNING,
-              JobState.RETRYABLE)
+              JobState.RETRYABLE, JobState.WAITING, JobState.HELD)
 #: Until the job starts: a second copy may be inserted while the first one runs.
-UNSTARTED = (JobState.SCHEDULED, JobState.AVAILABLE)
+UNSTARTED = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.WAITING, JobState.HELD)
 #: In any state but dead or cancelled: a completed job keeps blocking copies (Oban's default).
 ALL_BUT_FAILED = (*INCOMPLETE, JobState.COMPLETED)
 #: Every state: the key is taken until the job row is pruned.

@@ -34,7 +34,7 @@ from kathikon.admin.filters import QueueFilter, StateFilter, WorkerFilter, date_
 from kathikon.admin.pagination import EstimatedCountPaginator
 from kathikon.ids import parse_id
 from kathikon.models import Job
-from kathikon.states import EXECUTING_STATES, JobState
+from kathikon.states import EXECUTING_STATES, PENDING_STATES, JobState
 from kathikon.storage import events, reports
 from kathikon.timeline import job_history
 
@@ -346,8 +346,8 @@ def _ids(queryset: QuerySet[Job]) -> list[Any]:
 def _applies(action: str, job: Job) -> bool:
     state = job.state
     return {
-        "retry_jobs": state not in (*EXECUTING_STATES, JobState.AVAILABLE),
-        "cancel_jobs": state in (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE),
+        "retry_jobs": state not in (*EXECUTING_STATES, JobState.AVAILABLE, JobState.WAITING),
+        "cancel_jobs": state in PENDING_STATES,
         "rerun_jobs": state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED),
         "delete_selected": state not in EXECUTING_STATES,
     }[action]

@@ -27,6 +27,7 @@ from kathikon import conf, storage
 from kathikon.runtime.service import PeriodicService
 from kathikon.storage.nodes import mark_nodes_crashed
 from kathikon.storage.rescue import Rescued
+from kathikon.workflows.announce import announce
 
 logger = logging.getLogger("kathikon.runtime")
 
@@ -90,7 +91,10 @@ class Lifeline(PeriodicService):
 
 
 def _check_batches(rescued: list[Rescued]) -> None:
-    """A child rescued straight to ``dead`` may have been the last one its batch waited for."""
+    """A child rescued straight to ``dead`` may have been the last one its batch waited for;
+    a workflow step's rescue settled what waited on it (signals now)."""
+    for item in rescued:
+        announce(item.job.settled)
     finished = {r.job.batch_id for r in rescued if r.state == "dead" and r.job.batch_id}
     if finished:
         from kathikon.batch import children_finished

@@ -19,6 +19,7 @@ from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import batches, notify, prepared, vendor
 from kathikon.storage.fragments import EXECUTING_SQL
+from kathikon.storage.settle import Settled, settle, step_members
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
 
@@ -44,6 +45,7 @@ class Acked:
     written: set[uuid.UUID] = field(default_factory=set)  # held parents included
     held: set[uuid.UUID] = field(default_factory=set)  # parents kept running for their batch
     finished_batches: set[uuid.UUID] = field(default_factory=set)  # a child reached an end
+    settled: Settled = field(default_factory=Settled)  # workflow steps released, finished, …
 
 
 _KEY = key_after_sql(JobState.COMPLETED, "j")  # frees unique keys not held once completed
@@ -95,7 +97,10 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
     others = [ack for ack in acks
               if ack.state != JobState.COMPLETED and not ack.hold_parent]
     held: dict[uuid.UUID, dict[str, Any]] = {}
-    if completed and not others and not holding and vendor.is_postgres():
+    # Workflow steps settle in the ack's own transaction; every other job skips that (an
+    # attribute read here, no query).
+    steps = [ack for ack in acks if ack.job.workflow_id is not None]
+    if completed and not others and not holding and not steps and vendor.is_postgres():
         # The common batch: one UPDATE, atomic on its own, so no BEGIN/COMMIT round trips.
         acked.written = _complete_postgres(completed, now)
     else:
@@ -107,6 +112,10 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
                 else:
                     held[ack.job.id] = changes
             acked.written = _write(completed, others, now)
+            if steps:
+                acked.settled = settle(step_members(
+                    (ack.job.id, ack.job.workflow_id, ack.state) for ack in steps
+                    if ack.job.id in acked.written and ack.state in TERMINAL_STATES), now=now)
             woken = {ack.job.queue for ack in acks
                      if ack.job.id in acked.written and ack.state == JobState.AVAILABLE}
             notify.notify(notify.AVAILABLE, woken)

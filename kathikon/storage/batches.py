@@ -26,6 +26,7 @@ from kathikon.models import Batch, Job
 from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import vendor
 from kathikon.storage.schema import explain_missing_schema
+from kathikon.storage.settle import settle, step_members
 from kathikon.storage.uniques import key_after
 
 #: Key set on a parent's ``meta`` while it waits, already performed, for its batch to close.
@@ -161,4 +162,6 @@ def complete_held_parent(parent_job_id: uuid.UUID, now: dt.datetime) -> Job | No
     if not updated:
         return None
     job.state, job.completed_at, job.meta = JobState.COMPLETED, now, meta
+    if job.workflow_id is not None:  # a workflow step that opened a batch: it settles now
+        settle(step_members([(job.id, job.workflow_id, job.state)]), now=now)
     return job

@@ -17,6 +17,7 @@ from django.db import transaction
 from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import vendor
+from kathikon.storage.settle import settle, step_members
 from kathikon.storage.uniques import key_after
 
 
@@ -28,5 +29,7 @@ def complete_in_transaction(job: Job, result: Any, now: dt.datetime,
     ).update(state=JobState.COMPLETED, completed_at=now, result=result,
              unique_key=key_after(JobState.COMPLETED))
     if written:
+        if job.workflow_id is not None:  # what waits on this step is released with it
+            settle(step_members([(job.id, job.workflow_id, JobState.COMPLETED)]), now=now)
         transaction.on_commit(on_commit, using=vendor.alias())
     return bool(written)

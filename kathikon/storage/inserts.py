@@ -57,6 +57,9 @@ FROM (SELECT DISTINCT queue AS q FROM ins WHERE state = '{JobState.AVAILABLE}') 
 
 
 _PG_COPY = f"COPY kathikon_job ({_INSERT_COLUMNS}) FROM STDIN"
+# Workflow steps carry five more columns (NULL for every other job, so plain inserts skip them).
+_STEP_COLUMNS = "workflow_id, step, deps_waiting, deps_failed, on_dep_failure"
+_PG_COPY_STEPS = f"COPY kathikon_job ({_INSERT_COLUMNS}, {_STEP_COLUMNS}) FROM STDIN"
 
 
 def _pg_values(row: JobRow) -> list[Any]:
@@ -72,6 +75,11 @@ def _pg_copy_values(row: JobRow) -> tuple[Any, ...]:
             row.max_attempts, row.scheduled_at, row.available_at, row.inserted_at,
             json.dumps(row.meta) if row.meta else "{}", row.batch_id, row.parent_job_id,
             row.cron_id, 0, "[]", "", 0)
+
+
+def _pg_copy_step_values(row: JobRow) -> tuple[Any, ...]:
+    return (*_pg_copy_values(row), row.workflow_id, row.step, row.deps_waiting,
+            row.deps_failed, row.on_dep_failure)
 
 
 def insert_job(row: JobRow) -> Job:
@@ -142,11 +150,12 @@ def _insert_plain(rows: Sequence[JobRow], chunk_size: int) -> list[uuid.UUID]:
     ids: list[uuid.UUID] = []
     with explain_missing_schema(), vendor.atomic():
         copy = vendor.is_postgres() and _can_copy()
+        steps = any(row.workflow_id is not None for row in rows)
         for start in range(0, len(rows), chunk_size):
             chunk = rows[start:start + chunk_size]
             if copy:
-                _copy_postgres(chunk)
-            elif vendor.is_postgres():
+                _copy_postgres(chunk, steps=steps)
+            elif vendor.is_postgres() and not steps:
                 columns = list(zip(*(_pg_values(row) for row in chunk), strict=True))
                 with vendor.connection().cursor() as cursor:
                     cursor.execute(_PG_INSERT_MANY, [list(column) for column in columns])
@@ -167,12 +176,13 @@ def _can_copy() -> bool:
     return type(connection.connection).__module__.split(".")[0] == "psycopg"
 
 
-def _copy_postgres(chunk: Sequence[JobRow]) -> None:
+def _copy_postgres(chunk: Sequence[JobRow], *, steps: bool = False) -> None:
     connection = vendor.connection()
     started = time.monotonic()
-    with connection.cursor() as cursor, cursor.cursor.copy(_PG_COPY) as copy:
+    sql, values = (_PG_COPY_STEPS, _pg_copy_step_values) if steps else (_PG_COPY, _pg_copy_values)
+    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
         for row in chunk:
-            copy.write_row(_pg_copy_values(row))
+            copy.write_row(values(row))
     if connection.queries_logged:  # listed in connection.queries like any statement
-        connection.queries_log.append({"sql": f"{_PG_COPY} -- {len(chunk)} rows",
+        connection.queries_log.append({"sql": f"{sql} -- {len(chunk)} rows",
                                        "time": f"{time.monotonic() - started:.3f}"})

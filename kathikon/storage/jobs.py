@@ -10,10 +10,11 @@ from django.db.models import Q
 
 from kathikon.exceptions import InvalidState, JobExecuting, JobNotFound
 from kathikon.ids import new_id, parse_id
-from kathikon.models import Job, JobEvent
+from kathikon.models import Job, JobEvent, Workflow, WorkflowDep
 from kathikon.states import EXECUTING_STATES, PENDING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
+from kathikon.storage.settle import FAILED_STATES, Member, settle, step_members
 from kathikon.storage.uniques import key_after
 from kathikon.unique import holds
 
@@ -67,6 +68,8 @@ def cancel_job(job_id: object, *, actor: str = "") -> Job:
         update_job(job, state=JobState.CANCELLED, cancelled_at=now, completed_at=now,
                    unique_key=_key_in(job, JobState.CANCELLED))
         record_event(job.id, "cancelled", actor=actor, at=now)
+        if job.workflow_id is not None:
+            job.settled = settle(step_members([(job.id, job.workflow_id, job.state)]), now=now)
     return job
 
 
@@ -78,6 +81,9 @@ def retry_job(job_id: object, *, actor: str = "") -> Job:
             raise JobExecuting(f"job {job.id.hex} is {job.state}; it is being run")
         if job.state == JobState.AVAILABLE:
             raise InvalidState(f"job {job.id.hex} is already available", state=job.state)
+        if job.state == JobState.WAITING:
+            raise InvalidState(f"job {job.id.hex} is a workflow step waiting for its "
+                               "dependencies; it runs once they have settled", state=job.state)
         now = vendor.now()
         previous = job.state
         # A job that crashed its worker gets a fresh crash budget but still runs alone.
@@ -87,6 +93,10 @@ def retry_job(job_id: object, *, actor: str = "") -> Job:
                    crashes=0, suspect=job.suspect or job.crashes > 0)
         record_event(job.id, "retried", actor=actor, at=now, previous_state=previous)
         notify.notify(notify.AVAILABLE, [job.queue])
+        if job.workflow_id is not None and previous in TERMINAL_STATES:
+            # what waited on the step waits again; what its failure cancelled is restored
+            job.settled = settle([Member(job.id, job.workflow_id, previous in FAILED_STATES,
+                                         undo=True)], now=now)
     return job
 
 
@@ -146,13 +156,16 @@ def prune_jobs(before: dt.datetime, *, limit: int = 1000) -> int:
         if not ids:
             return 0
         JobEvent.objects.using(vendor.alias()).filter(job_id__in=ids).delete()
+        WorkflowDep.objects.using(vendor.alias()).filter(job_id__in=ids).delete()
         return jobs().filter(id__in=ids).filter(
             Q(state__in=TERMINAL_STATES)).delete()[0]
 
 
 def clear_jobs() -> None:
-    """Delete every job and event (tests)."""
+    """Delete every job, event and workflow (tests)."""
     JobEvent.objects.using(vendor.alias()).all().delete()
+    WorkflowDep.objects.using(vendor.alias()).all().delete()
+    Workflow.objects.using(vendor.alias()).all().delete()
     jobs().all().delete()
 
 

@@ -53,6 +53,7 @@ from kathikon.models import Batch, Job, Node
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
+from kathikon.storage.settle import settle, step_members
 from kathikon.storage.uniques import key_after
 from kathikon.unique import holds
 
@@ -94,6 +95,10 @@ def rescue_jobs(cutoff: dt.datetime | None = None, *, nodes: Sequence[str] | Non
                  .filter(name__in={job.attempted_by for job in candidates})}
         rescued = [r for job in candidates
                    if (r := _rescue_one(job, known.get(job.attempted_by), now, rescuer, reason))]
+        for item in rescued:  # a workflow step out of attempts settles like any dead step
+            if item.job.workflow_id is not None and item.state == JobState.DEAD:
+                item.job.settled = settle(
+                    step_members([(item.job.id, item.job.workflow_id, item.state)]), now=now)
         notify.notify(notify.AVAILABLE,
                       {r.job.queue for r in rescued if r.state == JobState.RETRYABLE})
     if send_signals:
