@@ -67,6 +67,9 @@ STATUS = {
     JobState.COMPLETED: compat.TaskResultStatus.SUCCESSFUL,
     JobState.DEAD: compat.TaskResultStatus.FAILED,
     JobState.CANCELLED: compat.TaskResultStatus.FAILED,
+    # a workflow step (kathikon.workflows) waiting for its dependencies, or held for a person
+    JobState.WAITING: compat.TaskResultStatus.READY,
+    JobState.HELD: compat.TaskResultStatus.READY,
 }
 OPTION_NAMES = ("max_attempts", "timeout", "backoff")
 
@@ -111,6 +114,13 @@ class KathikonBackend(compat.BaseTaskBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         from kathikon import api
 
+        worker, payload, options = self.job_spec(task, args, kwargs)
+        return task_result(api.insert(worker, payload, **options))
+
+    def job_spec(self, task: Any, args: Any, kwargs: Any) -> tuple[type[Worker], dict[str, Any],
+                                                                    dict[str, Any]]:
+        """``(worker, args, options)`` of the job that runs ``task(*args, **kwargs)``: what
+        ``enqueue`` inserts, and what a workflow step of a task is (kathikon.workflows)."""
         self.validate_task(task)
         payload = {"task": task.module_path, "args": compat.normalize_json(list(args)),
                    "kwargs": compat.normalize_json(dict(kwargs))}
@@ -124,10 +134,10 @@ class KathikonBackend(compat.BaseTaskBackend):
             if timezone.is_naive(run_after):
                 run_after = timezone.make_aware(run_after)
             meta["run_after"] = run_after.isoformat()
-        job = api.insert(TaskWorker, payload, queue=task.queue_name, priority=task.priority,
-                         max_attempts=options.get("max_attempts"), schedule_at=run_after,
-                         meta=meta, unique=options["unique"])
-        return task_result(job)
+        return TaskWorker, payload, {
+            "queue": task.queue_name, "priority": task.priority,
+            "max_attempts": options.get("max_attempts"), "schedule_at": run_after,
+            "meta": meta, "unique": options["unique"]}
 
     def get_result(self, result_id: str) -> Any:
         from kathikon import api
