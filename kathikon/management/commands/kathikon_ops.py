@@ -1,8 +1,9 @@
-"""``manage.py kathikon_ops``: inspect and steer jobs and queues from a shell.
+"""``manage.py kathikon_ops``: inspect and steer jobs, queues and workflows from a shell.
 
-A thin shell over ``kathikon.dashboard`` and ``kathikon.report``: tables for
-people, ``--json`` for scripts, a non-zero exit and a clear message for unknown
-ids, states or queue names. See docs/operations.md.
+A thin shell over ``kathikon.dashboard``, ``kathikon.report`` and
+``kathikon.workflows``: tables for people, ``--json`` for scripts, a non-zero
+exit and a clear message for unknown ids, states or queue names. See
+docs/operations.md.
 """
 
 from __future__ import annotations
@@ -12,15 +13,20 @@ import datetime as dt
 import json
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kathikon import conf, dashboard, known_queues, report
-from kathikon.exceptions import KathikonError, NotMigrated
+from kathikon import conf, dashboard, known_queues, report, workflows
+from kathikon.exceptions import ActionNotAllowed, InvalidWorkflow, KathikonError, NotMigrated
+from kathikon.management import workflow_views as views
+from kathikon.management.cells import age, clip, when
+from kathikon.models import Workflow
 from kathikon.states import JobState
 from kathikon.storable import MAX_INT
 from kathikon.storage.schema import explain_missing_schema
+from kathikon.workflows.graph import check_workflow_name
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -35,7 +41,8 @@ def duration(text: str) -> float:
 
 
 class Command(BaseCommand):
-    help = "Inspect and steer Kathikon jobs and queues (summary, jobs, failures, retry, …)."
+    help = ("Inspect and steer Kathikon jobs, queues and workflows (summary, jobs, failures, "
+            "retry, workflows, …).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="action", metavar="COMMAND", required=True)
@@ -57,10 +64,20 @@ class Command(BaseCommand):
                               help="How far back to look (default 1d; e.g. 30m, 12h, 7d).")
         failures.add_argument("--limit", type=count, default=100)
         sub("show", "One job with its errors and history.").add_argument("id")
+        listed = sub("workflows", "List workflows, newest first, with their steps' states.")
+        listed.add_argument("--status", choices=Workflow.Status.values)
+        listed.add_argument("--name", type=workflow_name, help="The workflow's name, exactly.")
+        listed.add_argument("--limit", type=page_size, default=50)
+        sub("workflow", "One workflow: its fields, its steps' states and each step."
+            ).add_argument("id")
         for name, text in (("retry", "Put jobs back to available now."),
                            ("cancel", "Cancel pending jobs."),
                            ("rerun", "Enqueue copies of finished jobs.")):
             sub(name, text).add_argument("ids", nargs="+", metavar="ID")
+        sub("workflow-cancel", "Cancel every step of a workflow (and its sub-workflows) that "
+            "has not started; running steps finish.").add_argument("id")
+        sub("release", "Run a held workflow step now, though a dependency failed."
+            ).add_argument("id", metavar="JOB_ID")
         for name in ("pause", "resume"):
             command = sub(name, f"{name.capitalize()} a queue, or every queue with --all.")
             command.add_argument("queue", nargs="?")
@@ -86,7 +103,8 @@ class Command(BaseCommand):
                                 "period (e.g. --older-than 0: every finished job).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        handler: Callable[[dict[str, Any]], Any] = getattr(self, f"do_{options['action']}")
+        handler: Callable[[dict[str, Any]], Any] = getattr(
+            self, f"do_{options['action'].replace('-', '_')}")
         try:
             with explain_missing_schema():  # "run migrate", not a raw ProgrammingError
                 handler(options)
@@ -103,12 +121,13 @@ class Command(BaseCommand):
             return self.emit([summary.as_dict() for summary in summaries])
         rows = [[s.name, s.status, s.concurrency,
                  s.counts["available"], s.counts["scheduled"],
+                 f"{s.counts['waiting']}/{s.counts['held']}",
                  s.counts["claimed"] + s.counts["running"], s.counts["retryable"],
                  s.counts["dead"], s.counts["completed"], s.counts["cancelled"],
                  age(s.oldest_available_age), f"{s.completed_last_minute}/{s.completed_last_hour}",
                  f"{s.failed_last_minute}/{s.failed_last_hour}", s.limits_text or None]
                 for s in summaries]
-        self.table(["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "EXECUTING",
+        self.table(["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "WAIT/HELD", "EXECUTING",
                     "RETRYABLE", "DEAD", "COMPLETED", "CANCELLED", "OLDEST",
                     "DONE 1m/1h", "FAILED 1m/1h", "LIMITS"], rows)
         for s in summaries:
@@ -163,6 +182,28 @@ class Command(BaseCommand):
                               f"{error.get('kind')}: {error.get('message')}")
             self.stdout.write(str(error.get("traceback") or "").rstrip())
 
+    def do_workflows(self, options: dict[str, Any]) -> None:
+        found = workflows.list_workflows(status=options["status"], name=options["name"],
+                                         limit=options["limit"])
+        if options["json"]:
+            return self.emit({"workflows": [views.workflow_dict(info, listed=True)
+                                            for info in found]})
+        self.table(views.LIST_HEADERS, [views.list_row(info) for info in found])
+
+    def do_workflow(self, options: dict[str, Any]) -> None:
+        info = workflows.fetch(options["id"])
+        if options["json"]:
+            return self.emit({"workflow": views.workflow_dict(info),
+                              "steps": [asdict(step) for step in info.steps]})
+        fields = views.fields(info)
+        width = max(len(name) for name, _ in fields)
+        for name, value in fields:
+            self.stdout.write(f"{name.ljust(width)}  {value or '-'}")
+        self.stdout.write("\nsteps:")
+        self.table(views.STEP_HEADERS, [views.step_row(step) for step in info.steps])
+        for hint in views.hints(info):
+            self.stdout.write(hint)
+
     # -- changes -------------------------------------------------------------------------------
 
     def do_retry(self, options: dict[str, Any]) -> None:
@@ -173,6 +214,22 @@ class Command(BaseCommand):
 
     def do_rerun(self, options: dict[str, Any]) -> None:
         self.bulk(options, dashboard.rerun_jobs, "rerun as")
+
+    def do_workflow_cancel(self, options: dict[str, Any]) -> None:
+        require_destructive("cancelling a workflow")
+        info = workflows.cancel(options["id"], actor=ACTOR)
+        if options["json"]:
+            return self.emit({"workflow": views.workflow_dict(info)})
+        self.stdout.write(f"cancelled workflow {info.id} ({info.name}): "
+                          f"{views.status_text(info)}; steps: "
+                          f"{views.counts_text(info.counts) or 'none'}")
+
+    def do_release(self, options: dict[str, Any]) -> None:
+        require_destructive("releasing a held step")
+        job = workflows.release(options["id"], actor=ACTOR)
+        if options["json"]:
+            return self.emit({"released": job.id.hex, "state": job.state})
+        self.stdout.write(f"released {job.id.hex} (step {job.step}): {job.state}")
 
     def do_pause(self, options: dict[str, Any]) -> None:
         self.pause(options, paused=True)
@@ -258,6 +315,17 @@ class Command(BaseCommand):
             self.stdout.write("(none)")
 
 
+#: Who the history of a step cancelled or released here names.
+ACTOR = "kathikon_ops"
+
+
+def require_destructive(what: str) -> None:
+    """The rule of ``kathikon.dashboard`` for the workflow actions it does not wrap."""
+    if not dashboard.destructive_allowed():
+        raise ActionNotAllowed(f"{what} is a destructive action and destructive actions are "
+                               "disabled (KATHIKON['ALLOW_DESTRUCTIVE_ACTIONS'] is False)")
+
+
 def create_option(command: argparse.ArgumentParser) -> None:
     command.add_argument("--create", action="store_true",
                          help="Also for a queue no setting, Queue row or live worker knows yet "
@@ -283,6 +351,24 @@ def count(text: str) -> int:
     return value
 
 
+def page_size(text: str) -> int:
+    """An int from 1 to ``dashboard.MAX_LIMIT``, as ``jobs --limit`` takes."""
+    value = int(text)
+    if not 1 <= value <= dashboard.MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an int from 1 to "
+                                         f"{dashboard.MAX_LIMIT}")
+    return value
+
+
+def workflow_name(text: str) -> str:
+    """A name a workflow can have: one no workflow can have is a typo, not an empty list (and
+    PostgreSQL refuses NUL in a query)."""
+    try:
+        return check_workflow_name(text)
+    except InvalidWorkflow as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def optional_int(text: str) -> Any:
     return NONE if text.lower() == NONE else int(text)
 
@@ -301,21 +387,3 @@ def rate_option(text: str) -> Any:
         return NONE
     allowed, _, period = text.partition("/")
     return {"allowed": int(allowed), "period": float(period or 1)}
-
-
-def when(value: dt.datetime | None) -> str | None:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else None
-
-
-def age(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def clip(text: str, width: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 1] + "…"
