@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import kathikon
 
 
@@ -33,3 +35,38 @@ class FailOnce(kathikon.Worker):
 class Plain(kathikon.Worker):
     def perform(self, job):
         return job.args.get("value")
+
+
+class Witness(kathikon.Worker):
+    """Records every run in ``args["log"]`` (one ``O_APPEND`` write per line, so lines from
+    several processes never interleave): ``<job hex> <step> <attempt> <early>`` where
+    ``early`` counts the deps that had not completed when it started (``args["check"]``).
+    Sleeps ``args["seconds"]``; fails while ``args["fail_until"]`` > its attempt."""
+
+    max_attempts = 5
+
+    def perform(self, job):
+        early = 0
+        if job.args.get("check"):
+            early = sum(1 for result in job.dep_results().values() if result != {"ok": True})
+        with open(job.args["log"], "a") as log:
+            log.write(f"{job.id.hex} {job.step} {job.attempts} {early}\n")
+        if job.args.get("seconds"):
+            time.sleep(job.args["seconds"])
+        if job.attempts < job.args.get("fail_until", 0):
+            raise RuntimeError(f"{job.step} fails on attempt {job.attempts}")
+        return {"ok": True}
+
+
+def runs(path) -> list[tuple[str, str, int, int]]:
+    """``(job hex, step, attempt, early)`` of every run recorded so far."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text().splitlines():
+        job, step, attempt, early = line.split()
+        found.append((job, step, int(attempt), int(early)))
+    return found
