@@ -33,6 +33,8 @@ STATE_COLOURS = {
     "scheduled": "#6c757d", "available": "#1f6feb", "claimed": "#8250df",
     "running": "#bf8700", "completed": "#2da44e", "retryable": "#d4761c",
     "dead": "#cf222e", "cancelled": "#57606a",
+    # workflow steps: waiting for their dependencies, held for a person
+    "waiting": "#1b7c83", "held": "#bf3989",
 }
 
 

@@ -1,4 +1,5 @@
-"""Internal: the job list's filters — state, queue, worker, and the inserted/finished dates."""
+"""Internal: the job list's filters — state, queue, worker, workflow, and the inserted/finished
+dates."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from django.utils import timezone
 from rangefilter.filters import DateRangeFilter, DateRangeFilterBuilder
 
 from kathikon import conf
+from kathikon.ids import parse_id
 from kathikon.models import Job
 from kathikon.states import JobState
 from kathikon.storage import queues as queue_storage
 from kathikon.storage import reports
+from kathikon.storage import workflows as workflow_storage
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -66,6 +69,34 @@ class WorkerFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         value = self.value()
         return queryset.filter(reports.matching("worker", value)) if value else queryset
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """The steps of one workflow: ``?workflow=<id>`` (hex or dashed), as the workflow's page
+    links it. Shown only while set (a choice per workflow would list them all); a value
+    that is no id answers 400."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # Django applies only a filter that has a choice: a bad value needs one too, to be
+        # refused by queryset() rather than ignored.
+        value = self.value()
+        if not value:
+            return []
+        pk = parse_id(value)
+        row = workflow_storage.workflows().filter(pk=pk).first() if pk else None
+        return [(value, f"{row.name} ({pk.hex[:8]}…)" if row and pk else value)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if not value:
+            return queryset
+        pk = parse_id(value)
+        if pk is None:
+            raise IncorrectLookupParameters(f"workflow: not a workflow id: {value!r:.80}")
+        return queryset.filter(workflow_id=pk)
 
 
 # -- dates -----------------------------------------------------------------------------------

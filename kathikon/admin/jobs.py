@@ -30,12 +30,19 @@ from kathikon.admin.common import (
     time_field,
     when,
 )
-from kathikon.admin.filters import QueueFilter, StateFilter, WorkerFilter, date_filters
+from kathikon.admin.filters import (
+    QueueFilter,
+    StateFilter,
+    WorkerFilter,
+    WorkflowFilter,
+    date_filters,
+)
 from kathikon.admin.pagination import EstimatedCountPaginator
 from kathikon.ids import parse_id
 from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES, PENDING_STATES, JobState
 from kathikon.storage import events, reports
+from kathikon.storage import workflows as workflow_storage
 from kathikon.timeline import job_history
 
 
@@ -58,7 +65,8 @@ class JobAdmin(ActionsMixin):
     list_display = ("job_id", "worker_name", "queue_name", "state_display", "priority",
                     "attempts_display", "inserted", "due", "finished")
     list_display_links = ("job_id",)
-    list_filter = (StateFilter, QueueFilter, WorkerFilter)  # + the date filters, see below
+    list_filter = (StateFilter, QueueFilter, WorkerFilter,
+                   WorkflowFilter)  # + the date filters, see below
     search_fields = ("id", "worker", "args")
     search_help_text = "A job id (hex), or part of a worker path or of the arguments."
     ordering = ("-id",)
@@ -80,7 +88,7 @@ class JobAdmin(ActionsMixin):
                        "attempts_display", "attempted_by", "inserted_at_shown", "scheduled",
                        "available", "started", "completed", "dead_at", "cancelled",
                        "args_display", "result_display", "meta_display", "related",
-                       "errors_display", "history_display")
+                       "errors_display", "history_display", "workflow_step")
     Media = KathikonMedia
     # One date format on every page (see time_field); the finish time is labelled by state.
     inserted_at_shown = time_field("inserted_at", "inserted at")
@@ -97,14 +105,16 @@ class JobAdmin(ActionsMixin):
         return JobChangeList
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        """The finish time labelled by how the job finished: a dead job did not complete."""
+        """The finish time labelled by how the job finished: a dead job did not complete; a
+        workflow step's workflow and step name next to its state."""
         fields: dict[str, str] = {JobState.COMPLETED: "completed", JobState.DEAD: "dead_at",
                                   JobState.CANCELLED: "cancelled"}
-        finish = fields.get(str(getattr(obj, "state", "")))
-        if finish is None:
-            return self.fieldsets
-        return [(name, {"fields": (*options["fields"], finish)}) if name == "Times"
-                else (name, options) for name, options in self.fieldsets]
+        extra: dict[str | None, str | None] = {"Times": fields.get(str(getattr(obj, "state",
+                                                                                "")))}
+        if getattr(obj, "workflow_id", None) is not None:
+            extra[None] = "workflow_step"
+        return [(name, {"fields": (*options["fields"], extra[name])})
+                if extra.get(name) else (name, options) for name, options in self.fieldsets]
 
     # Jobs are changed by actions only, never edited as free text.
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -290,6 +300,18 @@ class JobAdmin(ActionsMixin):
                                      reverse("admin:kathikon_job_change", args=[rerun_of]),
                                      rerun_of))
         return format_html("{}", SafeString("<br>".join(links))) if links else SafeString("—")
+
+    @admin.display(description="workflow step")
+    def workflow_step(self, job: Job) -> SafeString:
+        if job.workflow_id is None:
+            return SafeString("—")
+        row = workflow_storage.workflows().filter(pk=job.workflow_id).first()
+        name = row.name if row is not None else job.workflow_id.hex
+        return format_html(
+            'step <code class="kathikon-step">{}</code> of workflow <a href="{}" '
+            'class="kathikon-workflow-link">{}</a> (on a failed dependency: {})',
+            job.step or "—", reverse("admin:kathikon_workflow_change", args=[job.workflow_id]),
+            name, job.on_dep_failure or "cancel")
 
     @admin.display(description="errors")
     def errors_display(self, job: Job) -> SafeString:
