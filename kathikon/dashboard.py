@@ -267,7 +267,8 @@ def delete_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None)
             wanted.append(pk)
     deleted, refused = reports.delete_jobs(wanted)
     found = set(deleted) | set(refused)
-    failed += [(pk.hex, "claimed or running; it cannot be deleted now") for pk in refused]
+    failed += [(pk.hex, "claimed or running, or an unfinished workflow step (cancel it); it "
+                "cannot be deleted now") for pk in refused]
     failed += [(pk.hex, "no such job") for pk in wanted if pk not in found]
     return ActionResult(changed=[pk.hex for pk in deleted], failed=failed)
 

@@ -408,6 +408,8 @@ class Workflow(models.Model):
     parent_workflow = models.ForeignKey("self", null=True, blank=True,
                                         on_delete=models.DO_NOTHING, db_constraint=False,
                                         related_name="sub_workflows")
+    step = models.CharField(max_length=63, null=True, blank=True,
+                            help_text="A sub-workflow's name among its parent's steps.")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     steps_total = models.PositiveIntegerField(default=0)
     steps_unfinished = models.PositiveIntegerField(default=0)

@@ -40,7 +40,7 @@ from kathikon.admin.filters import (
 from kathikon.admin.pagination import EstimatedCountPaginator
 from kathikon.ids import parse_id
 from kathikon.models import Job
-from kathikon.states import EXECUTING_STATES, PENDING_STATES, JobState
+from kathikon.states import BLOCKED_STATES, EXECUTING_STATES, PENDING_STATES, JobState
 from kathikon.storage import events, reports
 from kathikon.storage import workflows as workflow_storage
 from kathikon.timeline import job_history
@@ -368,7 +368,7 @@ def _ids(queryset: QuerySet[Job]) -> list[Any]:
 def _applies(action: str, job: Job) -> bool:
     state = job.state
     return {
-        "retry_jobs": state not in (*EXECUTING_STATES, JobState.AVAILABLE, JobState.WAITING),
+        "retry_jobs": state not in (*EXECUTING_STATES, JobState.AVAILABLE, *BLOCKED_STATES),
         "cancel_jobs": state in PENDING_STATES,
         "rerun_jobs": state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED),
         "delete_selected": state not in EXECUTING_STATES,

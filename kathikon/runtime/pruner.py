@@ -63,6 +63,7 @@ class Pruner(PeriodicService):
             jobs += deleted
             if deleted < self.limit or self.stopping:
                 break
+        storage.workflows.prune_workflows(before, limit=self.limit)  # whose steps are gone
         # Node rows carry database-clock times: compare them with the database's clock.
         nodes = storage.delete_stale_nodes(
             self.node_cutoff() - dt.timedelta(seconds=self.node_retention))

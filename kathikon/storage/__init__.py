@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from django.core.management import call_command
 
-from kathikon.storage import batches, cron, notify, queues, reports, schema, vendor
+from kathikon.storage import (
+    batches,
+    cron,
+    notify,
+    queues,
+    reports,
+    schema,
+    vendor,
+    workflows,
+)
 from kathikon.storage.acks import Ack, Acked, ack_jobs, write_acks
 from kathikon.storage.claims import claim_job, claim_jobs, start_job
 from kathikon.storage.errors import is_transient
@@ -92,5 +101,6 @@ __all__ = [
     "set_node_queues", "set_node_unknown_workers",
     "set_paused", "setup", "stale_nodes", "start_job", "update", "update_job",
     "vendor",
+    "workflows",
     "write_acks",
 ]

@@ -84,6 +84,9 @@ def retry_job(job_id: object, *, actor: str = "") -> Job:
         if job.state == JobState.WAITING:
             raise InvalidState(f"job {job.id.hex} is a workflow step waiting for its "
                                "dependencies; it runs once they have settled", state=job.state)
+        if job.state == JobState.HELD:  # a decision with its own permission and history
+            raise InvalidState(f"job {job.id.hex} is a held workflow step: release it "
+                               "(kathikon.workflows.release) or cancel it", state=job.state)
         now = vendor.now()
         previous = job.state
         # A job that crashed its worker gets a fresh crash budget but still runs alone.

@@ -22,7 +22,13 @@ from django.db.models import Count, DateTimeField, ExpressionWrapper, Q, Value
 from django.db.models.functions import TruncMinute
 
 from kathikon.models import Job, JobEvent, Node
-from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, RESTING_STATES, JobState
+from kathikon.states import (
+    CLAIMABLE_STATES,
+    EXECUTING_STATES,
+    RESTING_STATES,
+    TERMINAL_STATES,
+    JobState,
+)
 from kathikon.storage import vendor
 
 FINISHED_STATES = (JobState.COMPLETED, JobState.DEAD)
@@ -419,10 +425,15 @@ def delete_jobs(ids: Iterable[uuid.UUID]) -> tuple[list[uuid.UUID], list[uuid.UU
     """
     wanted = list(ids)
     with vendor.atomic():
-        rows = dict(_jobs().select_for_update().filter(id__in=wanted)
-                    .values_list("id", "state"))
-        deletable = [pk for pk, state in rows.items() if state not in EXECUTING_STATES]
-        refused = [pk for pk, state in rows.items() if state in EXECUTING_STATES]
+        rows = {pk: (state, workflow_id) for pk, state, workflow_id
+                in _jobs().select_for_update().filter(id__in=wanted)
+                .values_list("id", "state", "workflow_id")}
+        # An unfinished workflow step is refused too: what waits on it would wait for ever
+        # (cancel it instead; a finished one has settled already).
+        refused = [pk for pk, (state, workflow_id) in rows.items()
+                   if state in EXECUTING_STATES
+                   or (workflow_id is not None and state not in TERMINAL_STATES)]
+        deletable = [pk for pk in rows if pk not in set(refused)]
         JobEvent.objects.using(vendor.alias()).filter(job_id__in=deletable).delete()
         _jobs().filter(id__in=deletable).exclude(state__in=EXECUTING_STATES).delete()
     return deletable, refused

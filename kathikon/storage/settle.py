@@ -261,8 +261,9 @@ def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> li
             changes.update(status=status, finished_at=now)
             following.append(Member(workflow.id, workflow.parent_workflow_id,
                                     status != Workflow.Status.COMPLETED, is_workflow=True))
-        elif not running and unfinished > 0:
-            changes.update(status=Workflow.Status.RUNNING, finished_at=None)
+        elif not running and unfinished > 0:  # a step was retried: it runs again, and a
+            # person's retry in a cancelled workflow takes the cancel back
+            changes.update(status=Workflow.Status.RUNNING, finished_at=None, cancelled_at=None)
             following.append(Member(workflow.id, workflow.parent_workflow_id,
                                     workflow.status != Workflow.Status.COMPLETED,
                                     is_workflow=True, undo=True))

@@ -287,8 +287,8 @@ def find_steps(workflow_id: uuid.UUID, names: Sequence[str]) -> dict[str, uuid.U
 
 def find_sub_workflows(parent_id: uuid.UUID, names: Sequence[str]) -> dict[str, uuid.UUID]:
     """``{name: workflow id}`` of the named sub-workflows of an inserted workflow."""
-    return dict(workflows().filter(parent_workflow_id=parent_id, name__in=list(names))
-                .values_list("name", "id"))
+    return dict(workflows().filter(parent_workflow_id=parent_id, step__in=list(names))
+                .values_list("step", "id"))
 
 
 def dep_results(job: Job) -> dict[str, Any]:
@@ -305,6 +305,13 @@ def dep_results(job: Job) -> dict[str, Any]:
             steps[workflow_id][step] = result
     return {name: results.get(on_job) if on_job is not None else steps.get(on_workflow, {})
             for name, on_job, on_workflow in edges}
+
+
+def jobs_by_ids(ids: Sequence[uuid.UUID]) -> list[Job]:
+    found: list[Job] = []
+    for start in range(0, len(ids), 1000):
+        found += list(_jobs().filter(id__in=list(ids[start:start + 1000])).order_by("id"))
+    return found
 
 
 def workflow_steps(workflow_id: uuid.UUID) -> list[Job]:

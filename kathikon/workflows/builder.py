@@ -183,7 +183,7 @@ class Workflow:
         if name in self._nodes:
             raise InvalidWorkflow(f"step name {name!r} is used twice in workflow "
                                   f"{self.name!r}", step=name)
-        if sum(isinstance(node, _Step) for node in self._nodes.values()) >= MAX_STEPS:
+        if len(self._nodes) >= MAX_STEPS:  # steps and sub-workflows alike: a cheap bound
             raise InvalidWorkflow(f"workflow {self.name!r}: at most {MAX_STEPS} steps per insert")
 
     def _mark_inserted(self) -> None:
@@ -194,20 +194,27 @@ class Workflow:
         self._nodes = {}
 
     def _flatten(self, flat: _Flat, parent: uuid.UUID | None,
-                 inherited: list[store.DepRef] | None = None) -> None:
+                 inherited: list[store.DepRef] | None = None,
+                 node_name: str | None = None) -> None:
         """This builder's rows and edges into ``flat``; ``inherited``: the deps of the
-        sub-workflow node, given to its first steps."""
+        sub-workflow node ``node_name``, given to its first steps."""
         if not self.inserted:
             flat.workflows.append(WorkflowRow(id=self.id, name=self.name, meta=self.meta,
-                                              parent_workflow_id=parent))
+                                              parent_workflow_id=parent, step=node_name))
         names = {name: [dep for dep in node.deps if isinstance(dep, str)]
                  for name, node in self._nodes.items()}
         order(names)  # cycles and self-dependencies, before anything is looked up
+        if self.inserted:
+            taken = sorted({*store.find_steps(self.id, list(self._nodes)),
+                            *store.find_sub_workflows(self.id, list(self._nodes))})
+            if taken:
+                raise InvalidWorkflow(f"step name {taken[0]!r} is used twice in workflow "
+                                      f"{self.name!r} (it has that step already)", step=taken[0])
         existing = self._existing(names)
         for name, node in self._nodes.items():
             refs = self._resolve(name, node.deps, existing)
             if isinstance(node, _Sub):
-                node.workflow._flatten(flat, self.id, refs)
+                node.workflow._flatten(flat, self.id, refs, name)
                 continue
             inside = [dep for dep in node.deps if isinstance(dep, str) and dep in self._nodes]
             if inherited and not inside:

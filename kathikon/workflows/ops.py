@@ -92,7 +92,8 @@ def cancel(workflow_id: object, *, actor: str = "") -> WorkflowInfo:
     Running steps finish; the steps waiting on them are cancelled already.
     ``WorkflowFinished`` when it has finished or was cancelled before.
     """
-    row, _, settled = store.cancel_workflow(workflow_id, actor=actor)
+    row, cancelled, settled = store.cancel_workflow(workflow_id, actor=actor)
+    settled.cancelled[:0] = cancelled  # job_cancelled for these too
     announce(settled)
     return fetch(row.id, steps=False)
 

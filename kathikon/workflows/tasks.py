@@ -21,4 +21,5 @@ def as_step_spec(worker: Any, args: Any,
     if args is not None and not isinstance(args, dict):
         raise InvalidJob("a task step's args are its keyword arguments: a dict", key="args")
     task_worker, payload, task_options = job_spec(worker, (), args or {})
-    return task_worker, payload, {**task_options, **options}
+    meta = {**(options.get("meta") or {}), **task_options["meta"]}  # the backend's keys win
+    return task_worker, payload, {**task_options, **options, "meta": meta}

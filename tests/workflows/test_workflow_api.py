@@ -102,3 +102,119 @@ def test_bad_graphs_write_nothing(build, message):
         wf.insert()
     assert not kathikon.Job.objects.exists()
     assert not WorkflowRow.objects.exists()
+
+
+def test_append_by_sub_workflow_name_and_names_already_taken():
+    sub = Workflow("encode-all")
+    sub.add("small", Plain, {"value": "s"})
+    sub.add("large", Plain, {"value": "l"})
+    wf = Workflow("parent")
+    wf.add("fetch", Plain, {"value": "f"})
+    wf.add_workflow("encode", sub, deps=["fetch"])
+    wf.insert()
+    loaded = Workflow.load(wf.id)
+    after = loaded.append("publish", Record, {}, deps=["encode"])
+    assert after.state == "waiting"
+    with pytest.raises(kathikon.InvalidWorkflow, match="used twice"):
+        loaded.append("fetch", Plain, {})
+    drain_queue("default", with_recursion=True)
+    published = kathikon.Job.objects.get(pk=after.pk)
+    assert published.result["deps"] == {"encode": {"small": "s", "large": "l"}}
+    assert status(wf) == "completed"
+
+
+def test_an_unfinished_step_cannot_be_deleted_a_finished_one_can():
+    from kathikon import dashboard
+
+    wf = Workflow("delete")
+    wf.add("a", Plain, {"value": 1})
+    wf.add("b", Plain, {}, deps=["a"])
+    wf.insert()
+    a, b = (kathikon.Job.objects.get(workflow_id=wf.id, step=s) for s in ("a", "b"))
+    result = dashboard.delete_jobs([b.id], allow_destructive=True)
+    assert result.changed == [] and "workflow step" in result.failed[0][1]
+    drain_queue("default", with_recursion=True)
+    assert dashboard.delete_jobs([a.id], allow_destructive=True).changed == [a.id.hex]
+
+
+def test_steps_cancelled_by_a_policy_send_job_cancelled():
+    from kathikon import signals
+
+    seen = []
+
+    def receiver(sender, job, **kwargs):
+        seen.append(job.step)
+
+    signals.job_cancelled.connect(receiver)
+    try:
+        wf = Workflow("signals")
+        wf.add("a", Fail)
+        wf.add("b", Plain, {}, deps=["a"])
+        wf.add("c", Plain, {}, deps=["b"])
+        wf.insert()
+        drain_queue("default", with_recursion=True)
+    finally:
+        signals.job_cancelled.disconnect(receiver)
+    assert sorted(seen) == ["b", "c"]
+
+
+def test_a_retry_in_a_cancelled_workflow_takes_the_cancel_back():
+    wf = Workflow("revived")
+    wf.add("a", Fail)
+    wf.add("b", Plain, {}, deps=["a"], on_dep_failure="hold")
+    wf.insert()
+    drain_queue("default", with_recursion=True)
+    kathikon.workflows.cancel(wf.id)
+    assert status(wf) == "cancelled"
+    b = kathikon.Job.objects.get(workflow_id=wf.id, step="b")
+    kathikon.retry(b.id)  # a person runs it anyway
+    drain_queue("default", with_recursion=True)
+    assert states(wf) == {"a": "dead", "b": "completed"}
+    assert status(wf) == "failed"  # not cancelled: the person's retry took the cancel back
+
+
+def test_too_many_steps_is_a_clear_error_and_writes_nothing(monkeypatch):
+    from kathikon.workflows import builder
+
+    monkeypatch.setattr(builder, "MAX_STEPS", 50)
+    wf = Workflow("huge")
+    for i in range(50):
+        wf.add(f"s{i}", Plain, {})
+    with pytest.raises(kathikon.InvalidWorkflow, match="at most 50 steps"):
+        wf.add("one-more", Plain, {})
+    assert not kathikon.Job.objects.exists()
+
+
+def test_a_django_task_is_a_step():
+    from tests.ecosystem.tasks import add
+
+    wf = Workflow("task")
+    wf.add("sum", add, {"a": 2, "b": 3}, meta={"mine": 1})
+    wf.add("after", Record, {}, deps=["sum"])
+    wf.insert()
+    step = kathikon.Job.objects.get(workflow_id=wf.id, step="sum")
+    assert step.meta["mine"] == 1 and step.meta["task_backend"] == "default"
+    drain_queue(with_recursion=True)
+    after = kathikon.Job.objects.get(workflow_id=wf.id, step="after")
+    assert after.result["deps"] == {"sum": 5}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("postgres_only")
+def test_100000_steps_insert_cleanly_in_one_transaction():
+    """MAX_STEPS in one insert (PostgreSQL: ~10 s here; SQLite ~30 s, MariaDB ~45 s, the
+    same code, so run once), and one more is refused before anything is written."""
+    wf = Workflow("huge")
+    wf.add("root", Plain, {})
+    middle = [wf.add(f"s{i}", Plain, {}, deps=["root"]) for i in range(99_998)]
+    wf.add("end", Plain, {}, deps=middle)
+    wf.insert()
+    assert kathikon.Job.objects.filter(workflow_id=wf.id).count() == 100_000
+    assert kathikon.Job.objects.get(workflow_id=wf.id, step="end").deps_waiting == 99_998
+    assert WorkflowRow.objects.get(pk=wf.id).steps_unfinished == 100_000
+    more = Workflow("one-too-many")
+    for i in range(100_000):
+        more.add(f"s{i}", Plain, {})
+    with pytest.raises(kathikon.InvalidWorkflow, match="at most 100000 steps"):
+        more.add("last", Plain, {})
+    assert not WorkflowRow.objects.filter(name="one-too-many").exists()

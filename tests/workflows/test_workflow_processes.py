@@ -25,7 +25,7 @@ import kathikon
 from kathikon import Workflow
 from kathikon.models import Job, JobEvent
 from kathikon.models import Workflow as WorkflowRow
-from tests.runtime.conftest import wait_until, worker_processes  # noqa: F401
+from tests.runtime.conftest import wait_until
 from tests.workflows.steps import Witness, runs
 
 # RESCUE_AFTER is long where no process is killed: under 4 processes on SQLite a heartbeat
