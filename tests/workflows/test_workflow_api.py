@@ -218,3 +218,22 @@ def test_100000_steps_insert_cleanly_in_one_transaction():
     with pytest.raises(kathikon.InvalidWorkflow, match="at most 100000 steps"):
         more.add("last", Plain, {})
     assert not WorkflowRow.objects.filter(name="one-too-many").exists()
+
+
+def test_a_unique_step_whose_key_is_held_refuses_the_whole_insert():
+    kathikon.insert(Plain, {"video": 7}, unique=kathikon.Unique())
+    wf = Workflow("unique")
+    wf.add("first", Plain, {"other": 1})
+    wf.add("publish", Plain, {"video": 7}, deps=["first"], unique=kathikon.Unique())
+    with pytest.raises(kathikon.InvalidWorkflow, match="unique key is held"):
+        wf.insert()
+    assert not WorkflowRow.objects.exists()
+    assert kathikon.Job.objects.count() == 1
+    fresh = Workflow("unique-ok")
+    fresh.add("first", Plain, {"other": 1})
+    fresh.add("publish", Plain, {"video": 8}, deps=["first"], unique=kathikon.Unique())
+    fresh.insert()
+    publish = kathikon.Job.objects.get(workflow_id=fresh.id, step="publish")
+    assert publish.state == "waiting" and publish.unique_key is not None
+    drain_queue("default", with_recursion=True)
+    assert states(fresh) == {"first": "completed", "publish": "completed"}
