@@ -237,3 +237,25 @@ def test_a_unique_step_whose_key_is_held_refuses_the_whole_insert():
     assert publish.state == "waiting" and publish.unique_key is not None
     drain_queue("default", with_recursion=True)
     assert states(fresh) == {"first": "completed", "publish": "completed"}
+
+
+def test_a_task_step_cancelled_by_its_policy_sends_task_finished_once():
+    from kathikon import compat
+    from tests.ecosystem.tasks import add
+
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(str(task_result.status))
+
+    compat.task_finished.connect(receiver)
+    try:
+        wf = Workflow("task-cancelled")
+        wf.add("bad", Fail)
+        wf.add("sum", add, {"a": 1, "b": 2}, deps=["bad"])
+        wf.insert()
+        drain_queue(with_recursion=True)
+    finally:
+        compat.task_finished.disconnect(receiver)
+    assert states(wf) == {"bad": "dead", "sum": "cancelled"}
+    assert len(finished) == 1 and finished[0].endswith("FAILED")
