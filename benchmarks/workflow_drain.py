@@ -119,13 +119,16 @@ def _measure(kind: str, n: int, workers: Workers, timeout: float, progress: Any,
     cpu1 = (tree_cpu_seconds(workers.pids), dbs.backend_cpu())
     result = _timings(kind, n, committed, workflow_id)
     result.update(insert_seconds=insert_seconds, timed_out=not done)
+    if not done:
+        result["left"] = _left(workflow_id)
     if result["completed"]:
         result["worker_cpu_us_per_job"] = (cpu1[0] - cpu0[0]) / result["completed"] * 1e6
         if dbs.vendor_of_connection() == "postgres":
             result["db_cpu_us_per_job"] = (cpu1[1] - cpu0[1]) / result["completed"] * 1e6
     progress(f"{label}: {result['rate']:,.0f} jobs/s from commit to last completion "
              f"({result['completed']:,}/{n:,} in {result['seconds']:.2f} s"
-             f"{', TIMED OUT' if not done else ''}; insert {insert_seconds:.2f} s)", final=True)
+             f"{'' if done else ', TIMED OUT, left ' + str(result['left'])}; "
+             f"insert {insert_seconds:.2f} s)", final=True)
     return result
 
 
@@ -210,6 +213,23 @@ def _timings(kind: str, n: int, committed: float, workflow_id: Any) -> dict[str,
     steady = last - first if last is not None and first is not None else 0.0
     out["steady_rate"] = (count - 1) / steady if count > 1 and steady > 0 else None
     return out
+
+
+def _left(workflow_id: Any) -> dict[str, Any]:
+    """What a drain that timed out left behind: jobs by state and, for a workflow, where its
+    root and final step are (a root that never completes stalls everything)."""
+    from django.db.models import Count
+
+    from kathikon.models import Job
+
+    left: dict[str, Any] = {"states": dict(Job.objects.order_by().values_list("state")
+                                           .annotate(n=Count("id")))}
+    if workflow_id is not None:
+        for step in Job.objects.filter(workflow_id=workflow_id, step__in=["root", "final"]):
+            left[step.step] = {"state": step.state, "attempts": step.attempts,
+                               "node": step.attempted_by, "deps_waiting": step.deps_waiting,
+                               "error": (step.errors or [{}])[-1].get("message", "")[:300]}
+    return left
 
 
 def _epoch(value: Any) -> float | None:

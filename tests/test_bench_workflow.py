@@ -88,6 +88,11 @@ def test_the_benchmark_workflow_fans_out_and_in():
                      "final": "waiting"}
     assert Job.objects.get(workflow_id=built.id, step="final").deps_waiting == 3
     assert not workflow_drain._finished(built.id)
+    left = workflow_drain._left(built.id)  # what a timed-out drain reports
+    assert left["states"] == {"available": 1, "waiting": 4}
+    assert left["root"]["state"] == "available"
+    assert left["final"] == {"state": "waiting", "attempts": 0, "node": "", "deps_waiting": 3,
+                             "error": ""}
 
     drain_queue("default", with_recursion=True)
 
