@@ -25,6 +25,7 @@ never reach this module (the caller checks ``workflow_id`` in memory).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -33,7 +34,7 @@ from typing import Any
 
 from kathikon.models import Job, Workflow, WorkflowDep
 from kathikon.states import JobState
-from kathikon.storage import notify, vendor
+from kathikon.storage import notify, prepared, vendor
 from kathikon.storage.uniques import key_after
 
 CANCEL, RUN, HOLD = "cancel", "run", "hold"
@@ -117,6 +118,9 @@ def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Se
 
 def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> list[Member]:
     """Add the frontier to the counters of the steps that wait on it; returns what settled."""
+    if vendor.is_postgres():
+        rows, counts = _count_postgres(frontier)
+        return _move(rows, counts, now, settled, counted=True)
     by_id = {member.id: member for member in frontier}
     delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
     for waiter, on_job, on_workflow in _edges(frontier):
@@ -132,6 +136,64 @@ def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> l
         return []
     rows = _lock_steps(list(delta))
     return _move(rows, delta, now, settled)
+
+
+# PostgreSQL: the edges, the locks (in id order) and the new counters in one statement. The
+# edges need no lock here: the settling transaction holds the settled step's row (it just
+# wrote it), and an append locks that row before it adds an edge onto it, so the statement's
+# snapshot, taken after that lock was had, holds every edge committed before.
+_PG_COUNT = """
+WITH m AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS m(id, failed, sign)),
+c AS (
+    SELECT e.job_id AS id, -sum(m.sign)::int AS dw, sum(m.sign * m.failed)::int AS df
+    FROM ({edges}) AS e JOIN m ON e.dep = m.id
+    GROUP BY e.job_id),
+locked AS (
+    SELECT j.id FROM kathikon_job AS j
+    WHERE j.id IN (SELECT id FROM c) AND j.state IN ('waiting', 'held', 'cancelled')
+    ORDER BY j.id FOR UPDATE OF j)
+UPDATE kathikon_job AS j
+SET deps_waiting = GREATEST(0, j.deps_waiting + c.dw),
+    deps_failed = GREATEST(0, j.deps_failed + c.df)
+FROM c JOIN locked USING (id)
+WHERE j.id = c.id
+RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
+          j.workflow_id, j.step, j.errors, j.available_at, c.dw, c.df
+"""
+_PG_EDGES_ON_JOBS = "SELECT job_id, dep_job_id AS dep FROM kathikon_workflowdep " \
+    "WHERE dep_job_id = ANY(%s::uuid[])"
+_PG_EDGES_ON_WORKFLOWS = "SELECT job_id, dep_workflow_id AS dep FROM kathikon_workflowdep " \
+    "WHERE dep_workflow_id = ANY(%s::uuid[])"
+
+
+def _count_postgres(frontier: list[Member]) -> tuple[list[dict[str, Any]],
+                                                     dict[uuid.UUID, list[int]]]:
+    """The waiting steps' rows with their new counters, and what was added to each."""
+    jobs = [member.id for member in frontier if not member.is_workflow]
+    workflows = [member.id for member in frontier if member.is_workflow]
+    parts: list[str] = []
+    params: list[list[uuid.UUID]] = []
+    if jobs:
+        parts.append(_PG_EDGES_ON_JOBS)
+        params.append(jobs)
+    if workflows:
+        parts.append(_PG_EDGES_ON_WORKFLOWS)
+        params.append(workflows)
+    sql = _PG_COUNT.format(edges=" UNION ALL ".join(parts))
+    members = [_array([m.id for m in frontier]), _array([int(m.failed) for m in frontier]),
+               _array([-1 if m.undo else 1 for m in frontier])]
+    with prepared.cursor() as cursor:
+        cursor.execute(sql, [*members, *[_array(ids) for ids in params]])
+        found = cursor.fetchall()
+    rows: list[dict[str, Any]] = []
+    delta: dict[uuid.UUID, list[int]] = {}
+    for values in found:
+        row = dict(zip(_STEP_FIELDS, values[:len(_STEP_FIELDS)], strict=True))
+        if isinstance(row["errors"], str):
+            row["errors"] = json.loads(row["errors"])
+        rows.append(row)
+        delta[row["id"]] = [values[-2], values[-1]]
+    return rows, delta
 
 
 def _edges(frontier: list[Member]) -> list[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]]:
@@ -160,14 +222,21 @@ def _lock_steps(ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
 
 
 def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt.datetime,
-          settled: Settled) -> list[Member]:
-    """New counters and states of the locked ``rows``; equal changes go in one UPDATE."""
+          settled: Settled, *, counted: bool = False) -> list[Member]:
+    """New counters and states of the locked ``rows``; equal changes go in one UPDATE.
+
+    ``counted``: the rows hold their new counters already (written by ``_PG_COUNT``);
+    only the state changes are left to write.
+    """
     groups: dict[tuple[int, int, str, str], list[uuid.UUID]] = defaultdict(list)
     following: list[Member] = []
     for row in rows:
         change = delta.get(row["id"], [0, 0])
-        waiting = max(0, (row["deps_waiting"] or 0) + change[0])
-        failed = max(0, (row["deps_failed"] or 0) + change[1])
+        if counted:
+            waiting, failed = row["deps_waiting"] or 0, row["deps_failed"] or 0
+        else:
+            waiting = max(0, (row["deps_waiting"] or 0) + change[0])
+            failed = max(0, (row["deps_failed"] or 0) + change[1])
         state = _next_state(row, waiting, failed, undo=change[0] > 0, now=now)
         if state != row["state"]:
             if state in (JobState.AVAILABLE, JobState.SCHEDULED):
@@ -181,7 +250,7 @@ def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt
                 following.append(Member(row["id"], row["workflow_id"], True))
             if row["state"] == JobState.CANCELLED:  # restored: its own waiters wait again
                 following.append(Member(row["id"], row["workflow_id"], True, undo=True))
-        elif change == [0, 0]:
+        elif change == [0, 0] or counted:
             continue
         groups[(waiting, failed, row["state"], state)].append(row["id"])
     for (waiting, failed, before, after), ids in groups.items():
@@ -249,11 +318,19 @@ def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> li
         sign = -1 if member.undo else 1
         delta[member.parent][0] -= sign
         delta[member.parent][1] += sign * int(member.failed)
+    if not delta:
+        return []
     following: list[Member] = []
-    for workflow in _workflows_locked(sorted(delta)):
-        unfinished = max(0, workflow.steps_unfinished + delta[workflow.id][0])
-        failed = max(0, workflow.steps_failed + delta[workflow.id][1])
-        changes: dict[str, Any] = {"steps_unfinished": unfinished, "steps_failed": failed}
+    counted = vendor.is_postgres()
+    rows = _count_workflows(delta) if counted else _workflows_locked(sorted(delta))
+    for workflow in rows:
+        if counted:  # the row holds its new counters already
+            unfinished, failed = workflow.steps_unfinished, workflow.steps_failed
+            changes: dict[str, Any] = {}
+        else:
+            unfinished = max(0, workflow.steps_unfinished + delta[workflow.id][0])
+            failed = max(0, workflow.steps_failed + delta[workflow.id][1])
+            changes = {"steps_unfinished": unfinished, "steps_failed": failed}
         running = workflow.status == Workflow.Status.RUNNING
         if running and unfinished == 0:
             status = (Workflow.Status.CANCELLED if workflow.cancelled_at is not None
@@ -267,12 +344,46 @@ def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> li
             following.append(Member(workflow.id, workflow.parent_workflow_id,
                                     workflow.status != Workflow.Status.COMPLETED,
                                     is_workflow=True, undo=True))
-        _workflow_rows().filter(pk=workflow.pk).update(**changes)
+        if changes:
+            _workflow_rows().filter(pk=workflow.pk).update(**changes)
         for name, value in changes.items():
             setattr(workflow, name, value)
         if "finished_at" in changes and workflow.finished_at is not None:
             settled.finished.append(workflow)
     return following
+
+
+# PostgreSQL: lock (in id order) and count in one statement; the rows come back counted.
+_PG_COUNT_WORKFLOWS = """
+WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS v(id, du, df)),
+locked AS (SELECT w.id FROM kathikon_workflow AS w WHERE w.id IN (SELECT id FROM v)
+           ORDER BY w.id FOR UPDATE OF w)
+UPDATE kathikon_workflow AS w
+SET steps_unfinished = GREATEST(0, w.steps_unfinished + v.du),
+    steps_failed = GREATEST(0, w.steps_failed + v.df)
+FROM v JOIN locked USING (id)
+WHERE w.id = v.id
+RETURNING {columns}
+"""
+
+
+def _count_workflows(delta: dict[uuid.UUID, list[int]]) -> list[Workflow]:
+    fields = [f.attname for f in Workflow._meta.concrete_fields]
+    sql = _PG_COUNT_WORKFLOWS.format(columns=", ".join(f"w.{name}" for name in fields))
+    ids = sorted(delta)
+    with prepared.cursor() as cursor:
+        cursor.execute(sql, [_array(ids), _array([delta[pk][0] for pk in ids]),
+                             _array([delta[pk][1] for pk in ids])])
+        found = cursor.fetchall()
+    using = vendor.alias()
+    workflows = []
+    for values in found:
+        values = list(values)
+        meta = fields.index("meta")
+        if isinstance(values[meta], str):
+            values[meta] = json.loads(values[meta])
+        workflows.append(Workflow.from_db(using, fields, values))
+    return sorted(workflows, key=lambda workflow: workflow.id)
 
 
 def _workflows_locked(ids: Sequence[uuid.UUID]) -> list[Workflow]:
@@ -294,6 +405,12 @@ def _deps() -> Any:
 
 def _workflow_rows() -> Any:
     return Workflow.objects.using(vendor.alias())
+
+
+def _array(values: Sequence[Any]) -> str:
+    """An array literal (``'{…}'``) of uuids or ints: psycopg would dump a Python list
+    element by element in Python; these need no quoting."""
+    return "{" + ",".join(str(value) for value in values) + "}"
 
 
 def _chunks(ids: Sequence[Any]) -> Iterable[list[Any]]:
