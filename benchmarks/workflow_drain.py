@@ -184,13 +184,15 @@ def _timings(kind: str, n: int, committed: float, workflow_id: Any) -> dict[str,
     """The rate from the commit to the last completion, and (workflow) where the time went."""
     from django.db.models import Count, Max, Min
 
-    from kathikon.models import Job, Workflow
+    from kathikon.models import Job
 
     done = Job.objects.filter(state="completed").aggregate(
         count=Count("id"), first=Min("completed_at"), last=Max("completed_at"))
     count, first, last = done["count"], _epoch(done["first"]), _epoch(done["last"])
     out: dict[str, Any] = {"kind": kind, "n": n, "completed": count}
     if workflow_id is not None:
+        from kathikon.models import Workflow
+
         steps = Job.objects.filter(workflow_id=workflow_id)
         ends = dict(steps.filter(step__in=["root", "final"]).values_list("step", "completed_at"))
         middle = steps.exclude(step__in=["root", "final"]).aggregate(
