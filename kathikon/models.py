@@ -142,9 +142,6 @@ class Job(models.Model):
             # The lifeline: executing jobs by node.
             PartialIndex(fields=["attempted_by"], where=Q(state__in=["claimed", "running"]),
                          name="kathikon_job_executing"),
-            # Workflows: a workflow's steps (the workflow page, cancel); most jobs have none.
-            PartialIndex(fields=["workflow", "state"], where=Q(workflow__isnull=False),
-                         name="kathikon_job_workflow"),
             # Quarantine: crash suspects waiting to run alone (there are rarely any).
             PartialIndex(fields=["suspect", "queue"],
                          where=Q(suspect=True, state__in=["available", "retryable"]),
@@ -162,7 +159,9 @@ class Job(models.Model):
             # Unique jobs: one job per key; jobs outside their unique states hold NULL.
             PartialUniqueConstraint(fields=["unique_key"], where=Q(unique_key__isnull=False),
                                     name="kathikon_job_unique_key"),
-            # A step's name is unique in its workflow (NULL outside workflows never clashes).
+            # A step's name is unique in its workflow (NULL outside workflows never clashes);
+            # it is also the index of a workflow's steps (its page, its cancel). No second
+            # (workflow, state) index: every claim and ack of a step would add an entry to it.
             PartialUniqueConstraint(fields=["workflow", "step"], where=Q(workflow__isnull=False),
                                     name="kathikon_job_workflow_step"),
         ]

@@ -35,7 +35,7 @@ from typing import Any
 from kathikon.models import Job, Workflow, WorkflowDep
 from kathikon.states import JobState
 from kathikon.storage import notify, prepared, vendor
-from kathikon.storage.uniques import key_after
+from kathikon.storage.uniques import key_after, key_after_sql
 
 CANCEL, RUN, HOLD = "cancel", "run", "hold"
 POLICIES = (CANCEL, RUN, HOLD)
@@ -119,7 +119,7 @@ def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Se
 def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> list[Member]:
     """Add the frontier to the counters of the steps that wait on it; returns what settled."""
     if vendor.is_postgres():
-        rows, counts = _count_postgres(frontier)
+        rows, counts = _count_postgres(frontier, now)
         return _move(rows, counts, now, settled, counted=True)
     by_id = {member.id: member for member in frontier}
     delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
@@ -138,35 +138,53 @@ def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> l
     return _move(rows, delta, now, settled)
 
 
-# PostgreSQL: the edges, the locks (in id order) and the new counters in one statement. The
-# edges need no lock here: the settling transaction holds the settled step's row (it just
-# wrote it), and an append locks that row before it adds an edge onto it, so the statement's
-# snapshot, taken after that lock was had, holds every edge committed before.
+# PostgreSQL: the edges, the new counters and the releases in one statement. The edges need
+# no lock here: the settling transaction holds the settled step's row (it just wrote it),
+# and an append locks that row before it adds an edge onto it, so the statement's snapshot,
+# taken after that lock was had, holds every edge committed before. The waiting steps are
+# found by primary key in ``c``'s order (sorted by id: the lock order); a join of ``c`` with
+# another CTE instead is planned from ``c``'s estimate (one row) as a nested loop of scans,
+# which for a fan-out of 10,000 took 20 s.
+#
+# Every SET reads the target row ``j`` itself, never a copy of it read by a CTE: a second
+# transaction that waited for the row's lock re-reads the row as the first one left it,
+# where a CTE's copy is the snapshot from before the wait (a lost update: a 10,000-wide
+# fan-in whose counter never reached zero). A waiting step none of whose deps is left, and
+# none failed (or its policy runs it anyway), is released by this UPDATE itself: one new
+# row version per released step. The rarer moves (held, cancelled, restored) are decided
+# in Python from the returned row.
 _PG_COUNT = """
-WITH m AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS m(id, failed, sign)),
+WITH m AS (SELECT * FROM unnest(%(ids)s::uuid[], %(failed)s::int[], %(sign)s::int[])
+           AS m(id, failed, sign)),
 c AS (
     SELECT e.job_id AS id, -sum(m.sign)::int AS dw, sum(m.sign * m.failed)::int AS df
     FROM ({edges}) AS e JOIN m ON e.dep = m.id
-    GROUP BY e.job_id),
-locked AS (
-    SELECT j.id FROM kathikon_job AS j
-    WHERE j.id IN (SELECT id FROM c) AND j.state IN ('waiting', 'held', 'cancelled')
-    ORDER BY j.id FOR UPDATE OF j)
+    GROUP BY e.job_id ORDER BY e.job_id)
 UPDATE kathikon_job AS j
 SET deps_waiting = GREATEST(0, j.deps_waiting + c.dw),
-    deps_failed = GREATEST(0, j.deps_failed + c.df)
-FROM c JOIN locked USING (id)
-WHERE j.id = c.id
+    deps_failed = GREATEST(0, j.deps_failed + c.df),
+    state = CASE WHEN {released} THEN
+                 CASE WHEN j.available_at > %(now)s THEN 'scheduled' ELSE 'available' END
+            ELSE j.state END,
+    available_at = CASE WHEN {released} AND j.available_at <= %(now)s THEN %(now)s
+                   ELSE j.available_at END,
+    unique_key = CASE WHEN NOT ({released}) THEN j.unique_key
+                      WHEN j.available_at > %(now)s THEN {key_scheduled}
+                      ELSE {key_available} END
+FROM c
+WHERE j.id = c.id AND j.state IN ('waiting', 'held', 'cancelled')
 RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
           j.workflow_id, j.step, j.errors, j.available_at, c.dw, c.df
 """
+_PG_RELEASED = ("j.state = 'waiting' AND j.deps_waiting + c.dw <= 0 "
+                "AND (j.deps_failed + c.df <= 0 OR j.on_dep_failure = 'run')")
 _PG_EDGES_ON_JOBS = "SELECT job_id, dep_job_id AS dep FROM kathikon_workflowdep " \
-    "WHERE dep_job_id = ANY(%s::uuid[])"
+    "WHERE dep_job_id = ANY(%(deps{index})s::uuid[])"
 _PG_EDGES_ON_WORKFLOWS = "SELECT job_id, dep_workflow_id AS dep FROM kathikon_workflowdep " \
-    "WHERE dep_workflow_id = ANY(%s::uuid[])"
+    "WHERE dep_workflow_id = ANY(%(deps{index})s::uuid[])"
 
 
-def _count_postgres(frontier: list[Member]) -> tuple[list[dict[str, Any]],
+def _count_postgres(frontier: list[Member], now: dt.datetime) -> tuple[list[dict[str, Any]],
                                                      dict[uuid.UUID, list[int]]]:
     """The waiting steps' rows with their new counters, and what was added to each."""
     jobs = [member.id for member in frontier if not member.is_workflow]
@@ -174,16 +192,23 @@ def _count_postgres(frontier: list[Member]) -> tuple[list[dict[str, Any]],
     parts: list[str] = []
     params: list[list[uuid.UUID]] = []
     if jobs:
-        parts.append(_PG_EDGES_ON_JOBS)
+        parts.append(_PG_EDGES_ON_JOBS.format(index=len(params)))
         params.append(jobs)
     if workflows:
-        parts.append(_PG_EDGES_ON_WORKFLOWS)
+        parts.append(_PG_EDGES_ON_WORKFLOWS.format(index=len(params)))
         params.append(workflows)
-    sql = _PG_COUNT.format(edges=" UNION ALL ".join(parts))
-    members = [_array([m.id for m in frontier]), _array([int(m.failed) for m in frontier]),
-               _array([-1 if m.undo else 1 for m in frontier])]
+    sql = _PG_COUNT.format(
+        edges=" UNION ALL ".join(parts), released=_PG_RELEASED,
+        key_scheduled=key_after_sql(JobState.SCHEDULED, "j"),
+        key_available=key_after_sql(JobState.AVAILABLE, "j"))
+    arguments: dict[str, Any] = {
+        "ids": _array([m.id for m in frontier]),
+        "failed": _array([int(m.failed) for m in frontier]),
+        "sign": _array([-1 if m.undo else 1 for m in frontier]), "now": now}
+    for index, ids in enumerate(params):
+        arguments[f"deps{index}"] = _array(ids)
     with prepared.cursor() as cursor:
-        cursor.execute(sql, [*members, *[_array(ids) for ids in params]])
+        cursor.execute(sql, arguments)
         found = cursor.fetchall()
     rows: list[dict[str, Any]] = []
     delta: dict[uuid.UUID, list[int]] = {}
@@ -191,6 +216,10 @@ def _count_postgres(frontier: list[Member]) -> tuple[list[dict[str, Any]],
         row = dict(zip(_STEP_FIELDS, values[:len(_STEP_FIELDS)], strict=True))
         if isinstance(row["errors"], str):
             row["errors"] = json.loads(row["errors"])
+        # Returned: the state written. Only a release changes it here (from waiting).
+        row["written"] = row["state"]
+        if row["state"] in (JobState.AVAILABLE, JobState.SCHEDULED):
+            row["state"] = JobState.WAITING
         rows.append(row)
         delta[row["id"]] = [values[-2], values[-1]]
     return rows, delta
@@ -237,7 +266,10 @@ def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt
         else:
             waiting = max(0, (row["deps_waiting"] or 0) + change[0])
             failed = max(0, (row["deps_failed"] or 0) + change[1])
-        state = _next_state(row, waiting, failed, undo=change[0] > 0, now=now)
+        state = row.get("written") or _next_state(row, waiting, failed, undo=change[0] > 0,
+                                                  now=now)
+        if state == row["state"] and counted:
+            state = _next_state(row, waiting, failed, undo=change[0] > 0, now=now)
         if state != row["state"]:
             if state in (JobState.AVAILABLE, JobState.SCHEDULED):
                 settled.released[row["workflow_id"]].append((row["id"].hex, row["step"]))
@@ -252,6 +284,8 @@ def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt
                 following.append(Member(row["id"], row["workflow_id"], True, undo=True))
         elif change == [0, 0] or counted:
             continue
+        if counted and state == row.get("written"):
+            continue  # released by the counting UPDATE itself
         groups[(waiting, failed, row["state"], state)].append(row["id"])
     for (waiting, failed, before, after), ids in groups.items():
         changes: dict[str, Any] = {"deps_waiting": waiting, "deps_failed": failed}
@@ -353,15 +387,13 @@ def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> li
     return following
 
 
-# PostgreSQL: lock (in id order) and count in one statement; the rows come back counted.
+# PostgreSQL: count in one statement (ids sorted: the lock order); the rows come back counted.
 _PG_COUNT_WORKFLOWS = """
-WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS v(id, du, df)),
-locked AS (SELECT w.id FROM kathikon_workflow AS w WHERE w.id IN (SELECT id FROM v)
-           ORDER BY w.id FOR UPDATE OF w)
+WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS v(id, du, df))
 UPDATE kathikon_workflow AS w
 SET steps_unfinished = GREATEST(0, w.steps_unfinished + v.du),
     steps_failed = GREATEST(0, w.steps_failed + v.df)
-FROM v JOIN locked USING (id)
+FROM v
 WHERE w.id = v.id
 RETURNING {columns}
 """
