@@ -119,7 +119,7 @@ def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Se
 def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> list[Member]:
     """Add the frontier to the counters of the steps that wait on it; returns what settled."""
     if vendor.is_postgres():
-        rows, counts = _count_postgres(frontier, now)
+        rows, counts = _count_postgres(frontier, now, settled)
         return _move(rows, counts, now, settled, counted=True)
     by_id = {member.id: member for member in frontier}
     delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
@@ -184,9 +184,10 @@ _PG_EDGES_ON_WORKFLOWS = "SELECT job_id, dep_workflow_id AS dep FROM kathikon_wo
     "WHERE dep_workflow_id = ANY(%(deps{index})s::uuid[])"
 
 
-def _count_postgres(frontier: list[Member], now: dt.datetime) -> tuple[list[dict[str, Any]],
-                                                     dict[uuid.UUID, list[int]]]:
-    """The waiting steps' rows with their new counters, and what was added to each."""
+def _count_postgres(frontier: list[Member], now: dt.datetime,
+                    settled: Settled) -> tuple[list[dict[str, Any]], dict[uuid.UUID, list[int]]]:
+    """Count and release (``_PG_COUNT``); releases go straight into ``settled``. Returns
+    the other waiting steps' rows, with their new counters, and what was added to each."""
     jobs = [member.id for member in frontier if not member.is_workflow]
     workflows = [member.id for member in frontier if member.is_workflow]
     parts: list[str] = []
@@ -212,17 +213,24 @@ def _count_postgres(frontier: list[Member], now: dt.datetime) -> tuple[list[dict
         found = cursor.fetchall()
     rows: list[dict[str, Any]] = []
     delta: dict[uuid.UUID, list[int]] = {}
+    released = settled.released
     for values in found:
+        state = values[1]
+        if state in _RELEASED_INTO:  # only a release changes the state here (from waiting):
+            # recorded at once, the common case of a fan-out of thousands
+            released[values[6]].append((values[0].hex, values[7]))
+            if state == JobState.AVAILABLE:
+                settled.queues.add(values[5])
+            continue
         row = dict(zip(_STEP_FIELDS, values[:len(_STEP_FIELDS)], strict=True))
         if isinstance(row["errors"], str):
             row["errors"] = json.loads(row["errors"])
-        # Returned: the state written. Only a release changes it here (from waiting).
-        row["written"] = row["state"]
-        if row["state"] in (JobState.AVAILABLE, JobState.SCHEDULED):
-            row["state"] = JobState.WAITING
         rows.append(row)
         delta[row["id"]] = [values[-2], values[-1]]
     return rows, delta
+
+
+_RELEASED_INTO = frozenset({JobState.AVAILABLE, JobState.SCHEDULED})
 
 
 def _edges(frontier: list[Member]) -> list[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]]:
@@ -254,8 +262,8 @@ def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt
           settled: Settled, *, counted: bool = False) -> list[Member]:
     """New counters and states of the locked ``rows``; equal changes go in one UPDATE.
 
-    ``counted``: the rows hold their new counters already (written by ``_PG_COUNT``);
-    only the state changes are left to write.
+    ``counted``: the rows hold their new counters already (written by ``_PG_COUNT``, which
+    released what it could); only the other state changes are left to write.
     """
     groups: dict[tuple[int, int, str, str], list[uuid.UUID]] = defaultdict(list)
     following: list[Member] = []
@@ -266,10 +274,7 @@ def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt
         else:
             waiting = max(0, (row["deps_waiting"] or 0) + change[0])
             failed = max(0, (row["deps_failed"] or 0) + change[1])
-        state = row.get("written") or _next_state(row, waiting, failed, undo=change[0] > 0,
-                                                  now=now)
-        if state == row["state"] and counted:
-            state = _next_state(row, waiting, failed, undo=change[0] > 0, now=now)
+        state = _next_state(row, waiting, failed, undo=change[0] > 0, now=now)
         if state != row["state"]:
             if state in (JobState.AVAILABLE, JobState.SCHEDULED):
                 settled.released[row["workflow_id"]].append((row["id"].hex, row["step"]))
@@ -284,8 +289,6 @@ def _move(rows: list[dict[str, Any]], delta: dict[uuid.UUID, list[int]], now: dt
                 following.append(Member(row["id"], row["workflow_id"], True, undo=True))
         elif change == [0, 0] or counted:
             continue
-        if counted and state == row.get("written"):
-            continue  # released by the counting UPDATE itself
         groups[(waiting, failed, row["state"], state)].append(row["id"])
     for (waiting, failed, before, after), ids in groups.items():
         changes: dict[str, Any] = {"deps_waiting": waiting, "deps_failed": failed}
