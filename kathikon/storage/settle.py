@@ -19,77 +19,39 @@ transaction; whatever moves one out again (a retry) calls it with ``undo``. It:
    settles what waits on it (other workflows' steps, its parent workflow).
 
 Lock order everywhere: job rows, then workflow rows. Jobs outside workflows
-never reach this module (the caller checks ``workflow_id`` in memory).
+never reach this module (the caller checks ``workflow_id`` in memory). On
+PostgreSQL steps 1-3 (their common case: counts and releases) and step 4 are one
+statement each (kathikon.storage.settle_postgres).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from kathikon.models import Job, Workflow, WorkflowDep
 from kathikon.states import JobState
-from kathikon.storage import notify, prepared, vendor
-from kathikon.storage.uniques import key_after, key_after_sql
+from kathikon.storage import notify, vendor
+from kathikon.storage import settle_postgres as postgres
+from kathikon.storage.settle_postgres import STEP_FIELDS
+from kathikon.storage.settled import (
+    CANCEL,
+    DEP_FAILED,
+    FAILED_STATES,
+    HOLD,
+    POLICIES,
+    RUN,
+    Member,
+    Settled,
+    step_members,
+)
+from kathikon.storage.uniques import key_after
 
-CANCEL, RUN, HOLD = "cancel", "run", "hold"
-POLICIES = (CANCEL, RUN, HOLD)
-FAILED_STATES = (JobState.DEAD, JobState.CANCELLED)
-#: The error a step cancelled by its policy carries: a retry of the failed dependency
-#: restores exactly these steps (a person's cancel writes no error).
-DEP_FAILED = "kathikon.DependencyFailed"
 _CHUNK = 1000  # ids per IN (…): SQLite binds at most 32,766 parameters
 _TOUCHED = (JobState.WAITING, JobState.HELD, JobState.CANCELLED)  # steps whose counters matter
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """A step or a workflow that settled (``undo``: was settled and is not any more).
-
-    ``failed``: it ended (or had ended, for ``undo``) dead, cancelled or failed.
-    ``parent``: the workflow it counts in.
-    """
-
-    id: uuid.UUID
-    parent: uuid.UUID | None
-    failed: bool
-    is_workflow: bool = False
-    undo: bool = False
-
-
-@dataclass(slots=True)
-class Settled:
-    """What one settle changed, for the signals sent after the commit."""
-
-    released: dict[uuid.UUID, list[tuple[str, str]]] = field(
-        default_factory=lambda: defaultdict(list))  # workflow → [(job id hex, step)]
-    held: list[uuid.UUID] = field(default_factory=list)
-    cancelled: list[uuid.UUID] = field(default_factory=list)
-    finished: list[Workflow] = field(default_factory=list)
-    queues: set[str] = field(default_factory=set)  # of the steps released into available
-
-    def __bool__(self) -> bool:
-        return bool(self.released or self.held or self.cancelled or self.finished)
-
-    def merge(self, other: Settled) -> Settled:
-        for workflow_id, steps in other.released.items():
-            self.released[workflow_id].extend(steps)
-        self.held += other.held
-        self.cancelled += other.cancelled
-        self.finished += other.finished
-        self.queues |= other.queues
-        return self
-
-
-def step_members(jobs: Iterable[tuple[uuid.UUID, uuid.UUID | None, str]]) -> list[Member]:
-    """Members for ``(job id, workflow id, final state)`` of steps that just settled."""
-    return [Member(pk, workflow_id, state in FAILED_STATES)
-            for pk, workflow_id, state in jobs if workflow_id is not None]
 
 
 def settle(members: Sequence[Member], *, now: dt.datetime | None = None) -> Settled:
@@ -119,7 +81,7 @@ def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Se
 def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> list[Member]:
     """Add the frontier to the counters of the steps that wait on it; returns what settled."""
     if vendor.is_postgres():
-        rows, counts = _count_postgres(frontier, now, settled)
+        rows, counts = postgres.count_steps(frontier, now, settled)
         return _move(rows, counts, now, settled, counted=True)
     by_id = {member.id: member for member in frontier}
     delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
@@ -138,101 +100,6 @@ def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> l
     return _move(rows, delta, now, settled)
 
 
-# PostgreSQL: the edges, the new counters and the releases in one statement. The edges need
-# no lock here: the settling transaction holds the settled step's row (it just wrote it),
-# and an append locks that row before it adds an edge onto it, so the statement's snapshot,
-# taken after that lock was had, holds every edge committed before. The waiting steps are
-# found by primary key in ``c``'s order (sorted by id: the lock order); a join of ``c`` with
-# another CTE instead is planned from ``c``'s estimate (one row) as a nested loop of scans,
-# which for a fan-out of 10,000 took 20 s.
-#
-# Every SET reads the target row ``j`` itself, never a copy of it read by a CTE: a second
-# transaction that waited for the row's lock re-reads the row as the first one left it,
-# where a CTE's copy is the snapshot from before the wait (a lost update: a 10,000-wide
-# fan-in whose counter never reached zero). A waiting step none of whose deps is left, and
-# none failed (or its policy runs it anyway), is released by this UPDATE itself: one new
-# row version per released step. The rarer moves (held, cancelled, restored) are decided
-# in Python from the returned row.
-_PG_COUNT = """
-WITH m AS (SELECT * FROM unnest(%(ids)s::uuid[], %(failed)s::int[], %(sign)s::int[])
-           AS m(id, failed, sign)),
-c AS (
-    SELECT e.job_id AS id, -sum(m.sign)::int AS dw, sum(m.sign * m.failed)::int AS df
-    FROM ({edges}) AS e JOIN m ON e.dep = m.id
-    GROUP BY e.job_id ORDER BY e.job_id)
-UPDATE kathikon_job AS j
-SET deps_waiting = GREATEST(0, j.deps_waiting + c.dw),
-    deps_failed = GREATEST(0, j.deps_failed + c.df),
-    state = CASE WHEN {released} THEN
-                 CASE WHEN j.available_at > %(now)s THEN 'scheduled' ELSE 'available' END
-            ELSE j.state END,
-    available_at = CASE WHEN {released} AND j.available_at <= %(now)s THEN %(now)s
-                   ELSE j.available_at END,
-    unique_key = CASE WHEN NOT ({released}) THEN j.unique_key
-                      WHEN j.available_at > %(now)s THEN {key_scheduled}
-                      ELSE {key_available} END
-FROM c
-WHERE j.id = c.id AND j.state IN ('waiting', 'held', 'cancelled')
-RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
-          j.workflow_id, j.step, j.errors, j.available_at, c.dw, c.df
-"""
-_PG_RELEASED = ("j.state = 'waiting' AND j.deps_waiting + c.dw <= 0 "
-                "AND (j.deps_failed + c.df <= 0 OR j.on_dep_failure = 'run')")
-_PG_EDGES_ON_JOBS = "SELECT job_id, dep_job_id AS dep FROM kathikon_workflowdep " \
-    "WHERE dep_job_id = ANY(%(deps{index})s::uuid[])"
-_PG_EDGES_ON_WORKFLOWS = "SELECT job_id, dep_workflow_id AS dep FROM kathikon_workflowdep " \
-    "WHERE dep_workflow_id = ANY(%(deps{index})s::uuid[])"
-
-
-def _count_postgres(frontier: list[Member], now: dt.datetime,
-                    settled: Settled) -> tuple[list[dict[str, Any]], dict[uuid.UUID, list[int]]]:
-    """Count and release (``_PG_COUNT``); releases go straight into ``settled``. Returns
-    the other waiting steps' rows, with their new counters, and what was added to each."""
-    jobs = [member.id for member in frontier if not member.is_workflow]
-    workflows = [member.id for member in frontier if member.is_workflow]
-    parts: list[str] = []
-    params: list[list[uuid.UUID]] = []
-    if jobs:
-        parts.append(_PG_EDGES_ON_JOBS.format(index=len(params)))
-        params.append(jobs)
-    if workflows:
-        parts.append(_PG_EDGES_ON_WORKFLOWS.format(index=len(params)))
-        params.append(workflows)
-    sql = _PG_COUNT.format(
-        edges=" UNION ALL ".join(parts), released=_PG_RELEASED,
-        key_scheduled=key_after_sql(JobState.SCHEDULED, "j"),
-        key_available=key_after_sql(JobState.AVAILABLE, "j"))
-    arguments: dict[str, Any] = {
-        "ids": _array([m.id for m in frontier]),
-        "failed": _array([int(m.failed) for m in frontier]),
-        "sign": _array([-1 if m.undo else 1 for m in frontier]), "now": now}
-    for index, ids in enumerate(params):
-        arguments[f"deps{index}"] = _array(ids)
-    with prepared.cursor() as cursor:
-        cursor.execute(sql, arguments)
-        found = cursor.fetchall()
-    rows: list[dict[str, Any]] = []
-    delta: dict[uuid.UUID, list[int]] = {}
-    released = settled.released
-    for values in found:
-        state = values[1]
-        if state in _RELEASED_INTO:  # only a release changes the state here (from waiting):
-            # recorded at once, the common case of a fan-out of thousands
-            released[values[6]].append((values[0].hex, values[7]))
-            if state == JobState.AVAILABLE:
-                settled.queues.add(values[5])
-            continue
-        row = dict(zip(_STEP_FIELDS, values[:len(_STEP_FIELDS)], strict=True))
-        if isinstance(row["errors"], str):
-            row["errors"] = json.loads(row["errors"])
-        rows.append(row)
-        delta[row["id"]] = [values[-2], values[-1]]
-    return rows, delta
-
-
-_RELEASED_INTO = frozenset({JobState.AVAILABLE, JobState.SCHEDULED})
-
-
 def _edges(frontier: list[Member]) -> list[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]]:
     """The edges onto the frontier, read with a lock: the latest committed ones (MariaDB's
     plain reads see the transaction's first snapshot), and none can be added meanwhile."""
@@ -246,15 +113,12 @@ def _edges(frontier: list[Member]) -> list[tuple[uuid.UUID, uuid.UUID | None, uu
     return edges
 
 
-_STEP_FIELDS = ("id", "state", "deps_waiting", "deps_failed", "on_dep_failure", "queue",
-                "workflow_id", "step", "errors", "available_at")
-
 
 def _lock_steps(ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for chunk in _chunks(sorted(ids)):
         rows += list(_jobs().select_for_update().filter(id__in=chunk, state__in=_TOUCHED)
-                     .order_by("id").values(*_STEP_FIELDS))
+                     .order_by("id").values(*STEP_FIELDS))
     return rows
 
 
@@ -359,7 +223,7 @@ def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> li
         return []
     following: list[Member] = []
     counted = vendor.is_postgres()
-    rows = _count_workflows(delta) if counted else _workflows_locked(sorted(delta))
+    rows = postgres.count_workflows(delta) if counted else _workflows_locked(sorted(delta))
     for workflow in rows:
         if counted:  # the row holds its new counters already
             unfinished, failed = workflow.steps_unfinished, workflow.steps_failed
@@ -390,37 +254,6 @@ def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> li
     return following
 
 
-# PostgreSQL: count in one statement (ids sorted: the lock order); the rows come back counted.
-_PG_COUNT_WORKFLOWS = """
-WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::int[], %s::int[]) AS v(id, du, df))
-UPDATE kathikon_workflow AS w
-SET steps_unfinished = GREATEST(0, w.steps_unfinished + v.du),
-    steps_failed = GREATEST(0, w.steps_failed + v.df)
-FROM v
-WHERE w.id = v.id
-RETURNING {columns}
-"""
-
-
-def _count_workflows(delta: dict[uuid.UUID, list[int]]) -> list[Workflow]:
-    fields = [f.attname for f in Workflow._meta.concrete_fields]
-    sql = _PG_COUNT_WORKFLOWS.format(columns=", ".join(f"w.{name}" for name in fields))
-    ids = sorted(delta)
-    with prepared.cursor() as cursor:
-        cursor.execute(sql, [_array(ids), _array([delta[pk][0] for pk in ids]),
-                             _array([delta[pk][1] for pk in ids])])
-        found = cursor.fetchall()
-    using = vendor.alias()
-    workflows = []
-    for values in found:
-        values = list(values)
-        meta = fields.index("meta")
-        if isinstance(values[meta], str):
-            values[meta] = json.loads(values[meta])
-        workflows.append(Workflow.from_db(using, fields, values))
-    return sorted(workflows, key=lambda workflow: workflow.id)
-
-
 def _workflows_locked(ids: Sequence[uuid.UUID]) -> list[Workflow]:
     if not ids:
         return []
@@ -440,12 +273,6 @@ def _deps() -> Any:
 
 def _workflow_rows() -> Any:
     return Workflow.objects.using(vendor.alias())
-
-
-def _array(values: Sequence[Any]) -> str:
-    """An array literal (``'{…}'``) of uuids or ints: psycopg would dump a Python list
-    element by element in Python; these need no quoting."""
-    return "{" + ",".join(str(value) for value in values) + "}"
 
 
 def _chunks(ids: Sequence[Any]) -> Iterable[list[Any]]:

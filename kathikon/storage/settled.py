@@ -1,0 +1,67 @@
+"""Internal: what settling workflow steps deals in — the members that settle, what it changed.
+
+Shared by kathikon.storage.settle (the portable path) and settle_postgres (its
+single-statement path), and read by the callers that send the signals.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kathikon.models import Workflow
+from kathikon.states import JobState
+
+CANCEL, RUN, HOLD = "cancel", "run", "hold"
+POLICIES = (CANCEL, RUN, HOLD)
+FAILED_STATES = (JobState.DEAD, JobState.CANCELLED)
+#: The error a step cancelled by its policy carries: a retry of the failed dependency
+#: restores exactly these steps (a person's cancel writes no error).
+DEP_FAILED = "kathikon.DependencyFailed"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A step or a workflow that settled (``undo``: was settled and is not any more).
+
+    ``failed``: it ended (or had ended, for ``undo``) dead, cancelled or failed.
+    ``parent``: the workflow it counts in.
+    """
+
+    id: uuid.UUID
+    parent: uuid.UUID | None
+    failed: bool
+    is_workflow: bool = False
+    undo: bool = False
+
+
+@dataclass(slots=True)
+class Settled:
+    """What one settle changed, for the signals sent after the commit."""
+
+    released: dict[uuid.UUID, list[tuple[str, str]]] = field(
+        default_factory=lambda: defaultdict(list))  # workflow → [(job id hex, step)]
+    held: list[uuid.UUID] = field(default_factory=list)
+    cancelled: list[uuid.UUID] = field(default_factory=list)
+    finished: list[Workflow] = field(default_factory=list)
+    queues: set[str] = field(default_factory=set)  # of the steps released into available
+
+    def __bool__(self) -> bool:
+        return bool(self.released or self.held or self.cancelled or self.finished)
+
+    def merge(self, other: Settled) -> Settled:
+        for workflow_id, steps in other.released.items():
+            self.released[workflow_id].extend(steps)
+        self.held += other.held
+        self.cancelled += other.cancelled
+        self.finished += other.finished
+        self.queues |= other.queues
+        return self
+
+
+def step_members(jobs: Iterable[tuple[uuid.UUID, uuid.UUID | None, str]]) -> list[Member]:
+    """Members for ``(job id, workflow id, final state)`` of steps that just settled."""
+    return [Member(pk, workflow_id, state in FAILED_STATES)
+            for pk, workflow_id, state in jobs if workflow_id is not None]
