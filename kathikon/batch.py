@@ -50,6 +50,7 @@ from kathikon.models import Job
 from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.storage import batches as store
 from kathikon.storage import insert_jobs, vendor
+from kathikon.workflows.announce import announce as announce_settled
 
 logger = logging.getLogger("kathikon")
 
@@ -280,6 +281,7 @@ def _after_close(completed: _Completed | None) -> None:
         return
     row, callback, counts, parent = completed
     if parent is not None:
+        announce_settled(parent.settled)  # a workflow step: what its completion released
         _, cls = _worker_or_base(parent.worker)
         duration = ((parent.completed_at - parent.started_at).total_seconds()
                     if parent.started_at and parent.completed_at else 0.0)

@@ -315,6 +315,9 @@ def record(executions: Sequence[Execution]) -> Acked:
             acked.written.add(job.id)
             if job.batch_id is not None and job.state in TERMINAL_STATES:
                 acked.finished_batches.add(job.batch_id)
+            if job.settled:  # a workflow step: what its own transaction released (once)
+                acked.settled.merge(job.settled)
+                job.settled = None
         execution.written = job.id in acked.written
     return acked
 

@@ -163,5 +163,5 @@ def complete_held_parent(parent_job_id: uuid.UUID, now: dt.datetime) -> Job | No
         return None
     job.state, job.completed_at, job.meta = JobState.COMPLETED, now, meta
     if job.workflow_id is not None:  # a workflow step that opened a batch: it settles now
-        settle(step_members([(job.id, job.workflow_id, job.state)]), now=now)
+        job.settled = settle(step_members([(job.id, job.workflow_id, job.state)]), now=now)
     return job

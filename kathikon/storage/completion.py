@@ -30,6 +30,8 @@ def complete_in_transaction(job: Job, result: Any, now: dt.datetime,
              unique_key=key_after(JobState.COMPLETED))
     if written:
         if job.workflow_id is not None:  # what waits on this step is released with it
-            settle(step_members([(job.id, job.workflow_id, JobState.COMPLETED)]), now=now)
+            # kept on the job: the runtime sends its signals with the attempt's (executor.record)
+            job.settled = settle(step_members([(job.id, job.workflow_id, JobState.COMPLETED)]),
+                                 now=now)
         transaction.on_commit(on_commit, using=vendor.alias())
     return bool(written)

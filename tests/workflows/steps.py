@@ -70,3 +70,13 @@ def runs(path) -> list[tuple[str, str, int, int]]:
         job, step, attempt, early = line.split()
         found.append((job, step, int(attempt), int(early)))
     return found
+
+
+class CompletesItself(kathikon.Worker):
+    """Completes in its own transaction (``kathikon.complete_in_transaction``)."""
+
+    def perform(self, job):
+        from django.db import transaction
+
+        with transaction.atomic():
+            kathikon.complete_in_transaction(job, {"self": True})

@@ -259,3 +259,27 @@ def test_a_task_step_cancelled_by_its_policy_sends_task_finished_once():
         compat.task_finished.disconnect(receiver)
     assert states(wf) == {"bad": "dead", "sum": "cancelled"}
     assert len(finished) == 1 and finished[0].endswith("FAILED")
+
+
+def test_a_step_completed_in_its_own_transaction_releases_and_signals():
+    from kathikon import signals
+    from tests.workflows.steps import CompletesItself
+
+    released = []
+
+    def receiver(sender, workflow_id, steps, **kwargs):
+        released.extend(step for _, step in steps)
+
+    signals.step_released.connect(receiver)
+    try:
+        wf = Workflow("in-transaction")
+        wf.add("a", CompletesItself)
+        wf.add("b", Record, {}, deps=["a"])
+        wf.insert()
+        drain_queue("default", with_recursion=True)
+    finally:
+        signals.step_released.disconnect(receiver)
+    assert states(wf) == {"a": "completed", "b": "completed"}
+    assert released == ["b"]
+    b = kathikon.Job.objects.get(workflow_id=wf.id, step="b")
+    assert b.result["deps"] == {"a": {"self": True}}
