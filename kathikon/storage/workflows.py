@@ -226,11 +226,13 @@ def cancel_workflow(workflow_id: object, *, actor: str = "") -> tuple[Workflow, 
         root = fetch_workflow(workflow_id)
         tree = _tree(root.id)
         now = vendor.now()
+        # Lock order (kathikon.storage.settle): the steps, then what settling them locks
+        # (steps waiting on them, then workflows), and only then this tree's workflow rows.
         rows = list(_jobs().select_for_update().filter(
             workflow_id__in=tree, state__in=PENDING_STATES).order_by("id")
             .values_list("id", "workflow_id"))
-        locked = list(workflows().select_for_update().filter(pk__in=tree).order_by("id"))
-        if all(row.status != Workflow.Status.RUNNING or row.cancelled_at for row in locked):
+        if not workflows().filter(pk__in=tree, status=Workflow.Status.RUNNING,
+                                  cancelled_at__isnull=True).exists():
             raise WorkflowFinished(f"workflow {root.name!r} ({root.id.hex}) is already "
                                    f"{'cancelled' if root.cancelled_at else root.status}")
         ids = [pk for pk, _ in rows]
@@ -238,10 +240,20 @@ def cancel_workflow(workflow_id: object, *, actor: str = "") -> tuple[Workflow, 
             _jobs().filter(id__in=ids[start:start + 1000], state__in=PENDING_STATES).update(
                 state=JobState.CANCELLED, cancelled_at=now, completed_at=now,
                 unique_key=key_after(JobState.CANCELLED))
-        workflows().filter(pk__in=tree, status=Workflow.Status.RUNNING,
-                           cancelled_at__isnull=True).update(cancelled_at=now)
         record_events(ids, "cancelled", actor=actor, workflow=root.id.hex)
         settled = settle([Member(pk, parent, True) for pk, parent in rows], now=now)
+        # A workflow of the tree that finished just now finished because it was cancelled;
+        # the others are marked, and say cancelled once their running steps have finished.
+        ended = [workflow for workflow in settled.finished if workflow.id in set(tree)]
+        for workflow in ended:
+            workflow.status, workflow.cancelled_at = Workflow.Status.CANCELLED, now
+        if ended:
+            workflows().filter(pk__in=[workflow.id for workflow in ended]).update(
+                status=Workflow.Status.CANCELLED, cancelled_at=now)
+        list(workflows().select_for_update().filter(pk__in=tree).order_by("id")
+             .values_list("id", flat=True))
+        workflows().filter(pk__in=tree, status=Workflow.Status.RUNNING,
+                           cancelled_at__isnull=True).update(cancelled_at=now)
     return fetch_workflow(root.id), ids, settled
 
 
