@@ -48,6 +48,8 @@ class Acked:
     settled: Settled = field(default_factory=Settled)  # workflow steps released, finished, …
 
 
+RESULT_CHUNK = 500  # completions with a result per UPDATE (MariaDB, SQLite)
+
 _KEY = key_after_sql(JobState.COMPLETED, "j")  # frees unique keys not held once completed
 
 # The fence's state test is written ``(j.state || '') IN (…)``: the same test, but one that
@@ -137,9 +139,8 @@ def _write(completed: list[Ack], others: list[Ack], now: dt.datetime) -> set[uui
     written: set[uuid.UUID] = set()
     if completed and vendor.is_postgres():
         written |= _complete_postgres(completed, now)
-    elif sum(1 for ack in completed if ack.result is None) > 1:
-        written |= _complete_locking([ack for ack in completed if ack.result is None], now)
-        others = [ack for ack in completed if ack.result is not None] + others
+    elif len(completed) > 1:
+        written |= _complete_locking(completed, now)
     else:
         others = completed + others
     for ack in others:
@@ -167,23 +168,50 @@ def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
 
 
 def _complete_locking(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
-    """MariaDB/SQLite: completions without a result in two statements, not one per job.
+    """MariaDB/SQLite: completions in a few statements, not one per job.
 
     Lock the batch's rows that are still executing, keep those whose lease
-    matches (the fence), then complete exactly those. Runs inside ack_jobs'
-    transaction (SQLite: the write lock is held from the first statement).
+    matches (the fence), then complete exactly those in one UPDATE, and write the
+    results in one more per chunk of :data:`RESULT_CHUNK`. One statement per job
+    with a result (as before) took 1.7 s for a
+    batch of 2,000 on MariaDB, long enough under load for a busy node's acker to
+    look wedged. Runs inside write_acks' transaction (SQLite: the write lock is
+    held from the first statement).
     """
     using = vendor.alias()
-    leases = {ack.job.id: ack.job.lease for ack in acks}
+    by_id = {ack.job.id: ack for ack in acks}
     rows = (Job.objects.using(using).select_for_update()
-            .filter(id__in=list(leases), state__in=EXECUTING_STATES)
+            .filter(id__in=list(by_id), state__in=EXECUTING_STATES)
             .values_list("id", "lease"))
-    ids = [pk for pk, lease in rows if leases.get(pk) == lease]
+    ids = [pk for pk, lease in rows if by_id[pk].job.lease == lease]
     if ids:
         Job.objects.using(using).filter(id__in=ids, state__in=EXECUTING_STATES).update(
             state=JobState.COMPLETED, completed_at=now, result=None,
             unique_key=key_after(JobState.COMPLETED))
+    _write_results([(pk, by_id[pk].result) for pk in ids if by_id[pk].result is not None])
     return set(ids)
+
+
+def _write_results(results: Sequence[tuple[uuid.UUID, Any]]) -> None:
+    """Set each job's result, a chunk a statement (``CASE id WHEN … THEN …``); the rows
+    are locked by the caller. Raw SQL: the same ``CASE`` built of ORM expressions costs
+    0.35 ms of Python per job."""
+    if not results:
+        return
+    connection = vendor.connection()
+    id_field, result_field = Job._meta.get_field("id"), Job._meta.get_field("result")
+    table = vendor.table(Job)
+    with connection.cursor() as cursor:
+        for start in range(0, len(results), RESULT_CHUNK):
+            chunk = results[start:start + RESULT_CHUNK]
+            params: list[Any] = []
+            for pk, result in chunk:
+                params += [id_field.get_db_prep_value(pk, connection),
+                           result_field.get_db_prep_value(result, connection)]
+            params += [id_field.get_db_prep_value(pk, connection) for pk, _ in chunk]
+            cursor.execute(f"UPDATE {table} SET result = CASE id"
+                           f"{' WHEN %s THEN %s' * len(chunk)} END"
+                           f" WHERE id IN ({', '.join(['%s'] * len(chunk))})", params)
 
 
 def _changes(ack: Ack, now: dt.datetime) -> dict[str, Any]:

@@ -55,3 +55,31 @@ def test_completions_without_results_are_not_written_one_by_one():
         "UPDATE")]
     assert len(updates) == 1
     assert Job.objects.filter(state="completed").count() == 20
+
+
+@pytest.mark.django_db
+def test_completions_with_results_are_written_a_chunk_a_statement():
+    """1,200 results with quotes and non-ASCII text, one fenced off: three UPDATEs
+    on MariaDB and SQLite (the completions, then two chunks of results), one on PostgreSQL."""
+    from kathikon.storage.acks import RESULT_CHUNK
+
+    kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(1_200)])
+    jobs = sorted(claim_jobs("default", 1_200, "node-a"), key=lambda job: job.args["i"])
+    stale = jobs[5]
+    Job.objects.filter(id=stale.id).update(lease=stale.lease + 1)
+    results = {job.id: {"i": job.args["i"], "text": f"naïve 'q' \"{job.args['i']}\""}
+               for job in jobs}
+    results[jobs[9].id] = None  # a completion without a result, in the same batch
+    with CaptureQueriesContext(connection) as queries:
+        written = ack_jobs([Ack(job, JobState.COMPLETED, result=results[job.id])
+                            for job in jobs])
+    assert written == {job.id for job in jobs} - {stale.id}
+    updates = [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(
+        "UPDATE")]
+    expected = 1 if connection.vendor == "postgresql" else 1 + -(-1_198 // RESULT_CHUNK)
+    assert len(updates) == expected
+    stored = dict(Job.objects.values_list("id", "result"))
+    assert all(stored[job.id] == results[job.id] for job in jobs if job is not stale)
+    assert stored[stale.id] is None
+    assert Job.objects.get(id=stale.id).state == "running"
+    assert Job.objects.filter(state="completed").count() == 1_199

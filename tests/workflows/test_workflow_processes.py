@@ -76,12 +76,23 @@ def fan_in(log: Path, width: int) -> Workflow:
     return wf.insert()
 
 
+def rescues() -> str:
+    """How many jobs were given back and why (what a double run is to be read against)."""
+    events = JobEvent.objects.filter(kind="rescued")
+    sample = events.values_list("job_id", flat=True).first()
+    errors = Job.objects.get(pk=sample).errors if sample else []
+    return f"{events.count()} rescued, the first one's errors: {errors}"
+
+
 def assert_ran_once_after_all(log: Path, wf: Workflow, total: int) -> None:
     recorded = runs(log)
     per_step = Counter(step for _, step, _, _ in recorded)
     assert len(per_step) == total, f"{total - len(per_step)} steps never ran"
     twice = {step: n for step, n in per_step.items() if n > 1}
-    assert not twice, f"steps run more than once: {dict(list(twice.items())[:5])}"
+    attempts = {step: [attempt for _, s, attempt, _ in recorded if s == step]
+                for step in list(twice)[:5]}
+    assert not twice, (f"{len(twice)} steps run more than once, e.g. (their attempts) "
+                       f"{attempts}; rescues: {rescues()}")
     [end] = [row for row in recorded if row[1] == "end"]
     assert end[3] == 0, f"the last step started while {end[3]} of its deps had not completed"
     assert states(wf) == Counter({"completed": total})
