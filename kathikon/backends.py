@@ -48,8 +48,10 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from kathikon import compat, signals
+from kathikon.compat import TASK_WORKER
 from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidJob, JobNotFound, read_kind
+from kathikon.jobspec import worker_class
 from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.unique import as_unique
 from kathikon.workers import Discard, Outcome, Worker
@@ -117,10 +119,12 @@ class KathikonBackend(compat.BaseTaskBackend):
         worker, payload, options = self.job_spec(task, args, kwargs)
         return task_result(api.insert(worker, payload, **options))
 
-    def job_spec(self, task: Any, args: Any, kwargs: Any) -> tuple[type[Worker], dict[str, Any],
+    def job_spec(self, task: Any, args: Any, kwargs: Any) -> tuple[str, dict[str, Any],
                                                                     dict[str, Any]]:
         """``(worker, args, options)`` of the job that runs ``task(*args, **kwargs)``: what
-        ``enqueue`` inserts, and what a workflow step of a task is (kathikon.workflows)."""
+        ``enqueue`` inserts, and what a workflow step of a task is (kathikon.workflows).
+        The worker is the task's import path (it resolves to :class:`TaskWorker`), so the
+        admin, the reports, ``kathikon_ops`` and the log lines name the task."""
         self.validate_task(task)
         payload = {"task": task.module_path, "args": compat.normalize_json(list(args)),
                    "kwargs": compat.normalize_json(dict(kwargs))}
@@ -134,7 +138,7 @@ class KathikonBackend(compat.BaseTaskBackend):
             if timezone.is_naive(run_after):
                 run_after = timezone.make_aware(run_after)
             meta["run_after"] = run_after.isoformat()
-        return TaskWorker, payload, {
+        return task.module_path, payload, {
             "queue": task.queue_name, "priority": task.priority,
             "max_attempts": options.get("max_attempts"), "schedule_at": run_after,
             "meta": meta, "unique": options["unique"]}
@@ -146,7 +150,7 @@ class KathikonBackend(compat.BaseTaskBackend):
             job = api.fetch(result_id)
         except JobNotFound:
             raise compat.TaskResultDoesNotExist(result_id) from None
-        if job.worker != TaskWorker.path():
+        if not is_task_job(job):
             raise compat.TaskResultDoesNotExist(result_id)
         return task_result(job)
 
@@ -202,7 +206,7 @@ class TaskWorker(Worker):
         return job.meta.get("timeout")
 
     def perform(self, job: Any) -> Any:
-        task = load_task(job.args.get("task", ""))
+        task = load_task(task_path(job))
         args = list(job.args.get("args") or [])
         kwargs = dict(job.args.get("kwargs") or {})
         if task.takes_context:
@@ -230,6 +234,26 @@ class TaskWorker(Worker):
         if isinstance(spec, (int, float)):
             return float(spec)
         return float(import_string(spec)(job.attempts))
+
+
+def task_path(job: Any) -> str:
+    """The import path of the task ``job`` runs: its args name it; a job inserted with a
+    Task as its worker (``kathikon.insert(send_email, {"args": [...]})``) may leave it out."""
+    path = job.args.get("task") if isinstance(job.args, dict) else None
+    if path:
+        return str(path)
+    return "" if job.worker == TASK_WORKER else job.worker
+
+
+def is_task_job(job: Any) -> bool:
+    """Whether ``job`` runs a Django Task: enqueued by this backend, or its worker is a
+    task's path (older jobs name :class:`TaskWorker` itself)."""
+    if job.meta.get("task_backend") is not None or job.worker == TASK_WORKER:
+        return True
+    try:
+        return worker_class(job.worker)[1] is TaskWorker
+    except Exception:  # not importable here: not known to be a task
+        return False
 
 
 def load_task(path: str) -> Any:
@@ -261,7 +285,7 @@ def task_result(job: Any, task: Any = None) -> Any:
     status = STATUS[job.state]
     if task is None:
         try:
-            task = load_task(job.args.get("task", ""))
+            task = load_task(task_path(job))
         except Discard as gone:
             task = _stand_in(job, alias, gone)
             if job.state not in TERMINAL_STATES:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The worker that runs Django Tasks (kathikon.backends). A job of a task holds the task's
+#: import path as its worker, so every list, filter, summary and log line names the task;
+#: that path resolves to this class (named by path: it needs the framework, this does not).
+TASK_WORKER = "kathikon.backends.TaskWorker"
+
 try:  # Django >= 6.0
     from django.tasks import (
         DEFAULT_TASK_QUEUE_NAME,
@@ -73,8 +78,23 @@ def normalize_json(value: Any) -> Any:
 
 
 __all__ = [
-    "AVAILABLE", "DEFAULT_TASK_QUEUE_NAME", "SOURCE", "BaseTaskBackend", "InvalidTask", "Task",
-    "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist", "TaskResultMismatch",
+    "AVAILABLE",
+    "DEFAULT_TASK_QUEUE_NAME",
+    "SOURCE",
+    "TASK_WORKER",
+    "BaseTaskBackend",
+    "InvalidTask",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
-    "normalize_json", "task", "task_backends", "task_enqueued", "task_finished", "task_started",
+    "normalize_json",
+    "task",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
 ]

@@ -37,6 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kathikon import batch as _batches
 from kathikon import conf, performing, signals
 from kathikon.backoff import with_jitter
+from kathikon.compat import TASK_WORKER
 from kathikon.exceptions import (
     JobTimeout,
     KathikonError,
@@ -228,7 +229,10 @@ def unknown_worker(job: Job, exc: KathikonError, queue_time: float, *,
         return Execution(job, "deferred", ack, Worker, exc, 0.0, queue_time)
     # str(exc) already reads "unknown worker '…': why"
     error = _error(job, exc, kind="kathikon.UnknownWorker", message=str(exc))
-    return Execution(job, "discarded", Ack(job, JobState.DEAD, error=error), Worker, exc,
+    sender: type[Worker] = Worker
+    if job.meta.get("task_backend") is not None:  # a Django Task whose path is gone: the
+        sender = worker_class(TASK_WORKER)[1]     # backend still sends task_finished
+    return Execution(job, "discarded", Ack(job, JobState.DEAD, error=error), sender, exc,
                      0.0, queue_time)
 
 

@@ -23,7 +23,7 @@ from kathikon.ids import new_id, parse_id
 from kathikon.states import JobState
 from kathikon.storable import MAX_INT, MAX_JSON_DEPTH, nests_too_deep
 from kathikon.unique import Unique, as_unique
-from kathikon.workers import Worker, resolve_worker
+from kathikon.workers import Worker, is_task, resolve_worker
 
 if TYPE_CHECKING:
     import uuid
@@ -153,7 +153,8 @@ def unpack_spec(spec: Any) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def worker_class(worker: Any) -> tuple[str, type[Worker]]:
-    """The dotted path and class of ``worker`` (a Worker subclass or a dotted path).
+    """The dotted path and class of ``worker`` (a Worker subclass, a Django Task or a
+    dotted path; a Task's path resolves to the Tasks backend's worker).
 
     A class is accepted only if its dotted path imports back to that very class:
     the worker process knows nothing else, so a class defined in ``__main__``,
@@ -167,6 +168,8 @@ def worker_class(worker: Any) -> tuple[str, type[Worker]]:
             _check_importable(path, worker)
             _worker_cache[path] = worker
         return path, worker
+    if is_task(worker):  # a Django Task: its job runs it by its import path
+        return worker_class(worker.module_path)
     if isinstance(worker, str):
         cls = _worker_cache.get(worker)
         if cls is None:

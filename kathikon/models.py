@@ -13,6 +13,7 @@ from django.apps import apps
 from django.db import models
 from django.db.models import Q
 
+from kathikon.compat import TASK_WORKER
 from kathikon.exceptions import InvalidQueue
 from kathikon.ids import new_id
 from kathikon.indexes import PartialIndex, PartialUniqueConstraint
@@ -173,6 +174,15 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker} {self.id.hex} [{self.state}]"
+
+    @property
+    def shown_worker(self) -> str:
+        """What runs this job, as a person knows it: the worker path, or for a Django Task
+        its import path (jobs the Tasks backend enqueued before the worker column held the
+        task's path name ``kathikon.backends.TaskWorker`` there)."""
+        if self.worker == TASK_WORKER and isinstance(self.args, dict) and self.args.get("task"):
+            return str(self.args["task"])
+        return self.worker
 
     @property
     def hex_id(self) -> str:

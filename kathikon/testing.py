@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from kathikon.compat import TASK_WORKER
 from kathikon.exceptions import KathikonError
 from kathikon.jobspec import build_row, dump_args, worker_class
 from kathikon.workers import Worker
@@ -250,13 +251,26 @@ class _Criteria:
     def candidates(self, *, all_workers: bool = False) -> list[Any]:
         from kathikon.storage import testing as store
 
-        return store.pending_jobs(worker=None if all_workers else self.worker,
+        every_worker = all_workers or self.worker == TASK_WORKER
+        return store.pending_jobs(worker=None if every_worker else self.worker,
                                   queue=None if all_workers else self.queue)
+
+    def worker_matches(self, job: Any) -> bool:
+        """The worker asked for; ``kathikon.backends.TaskWorker`` matches every Django Task's
+        job (their worker column holds the task's path)."""
+        if self.worker is None or job.worker == self.worker:
+            return True
+        if self.worker != TASK_WORKER:
+            return False
+        try:
+            return worker_class(job.worker)[1] is worker_class(TASK_WORKER)[1]
+        except Exception:  # a worker this process cannot import: not known to be a task's
+            return False
 
     def score(self, job: Any) -> float:
         """8 when every criterion holds; partial credit ranks the closest jobs."""
         score = 0.0
-        score += 4 if self.worker is None or job.worker == self.worker else 0
+        score += 4 if self.worker_matches(job) else 0
         score += 1 if self.queue is None or job.queue == self.queue else 0
         score += 1 if self.priority is None or job.priority == self.priority else 0
         score += 1 if self.when is None or _near(job, *self.when) else 0

@@ -18,6 +18,7 @@ import datetime as dt
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from kathikon import compat
 from kathikon.backoff import backoff_seconds
 from kathikon.exceptions import InvalidJob
 from kathikon.storable import valid_delay
@@ -131,5 +132,13 @@ def resolve_worker(path: str) -> type[Worker]:
         raise InvalidJob(f"unknown worker {path!r}: module {module_name!r} has no such name",
                          key="worker")
     if not (isinstance(target, type) and issubclass(target, Worker)):
-        raise InvalidJob(f"unknown worker {path!r}: not a kathikon.Worker subclass", key="worker")
+        if is_task(target):  # a Django Task's path: the backend's worker runs it
+            return resolve_worker(compat.TASK_WORKER)
+        raise InvalidJob(f"unknown worker {path!r}: not a kathikon.Worker subclass (nor a Django "
+                         "Task)", key="worker")
     return target
+
+
+def is_task(target: Any) -> bool:
+    """Whether ``target`` is a Django Task (``@task``), when the Tasks framework is there."""
+    return compat.AVAILABLE and isinstance(target, compat.Task)

@@ -241,7 +241,8 @@ class JobAdmin(ActionsMixin):
 
     @admin.display(description="worker")
     def worker_name(self, job: Job) -> SafeString:
-        return breakable(job.worker.rsplit(".", 1)[-1], job.worker)
+        shown = job.shown_worker
+        return breakable(shown.rsplit(".", 1)[-1], shown)
 
     @admin.display(description="queue")
     def queue_name(self, job: Job) -> SafeString:

@@ -304,14 +304,14 @@ class ExecutorPool:
         error = JobTimeout(f"timed out after {slot.timeout}s")
         self._free(slot, fail_job(slot.job, error, duration=now - slot.started))
         logger.warning("kathikon: job %s (%s) timed out after %ss; its thread is abandoned "
-                       "(%d so far on queue %s)", slot.job.id.hex, slot.job.worker,
+                       "(%d so far on queue %s)", slot.job.id.hex, slot.job.shown_worker,
                        slot.timeout, self.abandoned_threads, self.queue)
 
     def _thread_gone(self, slot: Slot, error: BaseException, now: float) -> None:
         self.died += 1
         logger.error("kathikon: the executor thread running job %s (%s) on queue %s died "
                      "(%s); the attempt is failed and the thread replaced", slot.job.id.hex,
-                     slot.job.worker, self.queue, error)
+                     slot.job.shown_worker, self.queue, error)
         self._free(slot, fail_job(slot.job, error, duration=now - slot.started))
 
     def _free(self, slot: Slot, execution: Execution) -> None:

@@ -98,7 +98,7 @@ class Quarantine:
         self.job = job
         self.ran += 1
         logger.warning("kathikon worker %s: running crash suspect %s (%s) alone in this "
-                       "process", self.node, job.id.hex, job.worker)
+                       "process", self.node, job.id.hex, job.shown_worker)
         dispatcher.adopt(job)
 
     @staticmethod

@@ -432,7 +432,7 @@ class WorkerProcess:
                 self.completed += 1
                 if logger.isEnabledFor(logging.DEBUG):  # kathikon_worker -v 2
                     logger.debug("kathikon job %s %s attempt %d/%d completed in %.3fs",
-                                 job.id.hex, job.worker, job.attempts, job.max_attempts,
+                                 job.id.hex, job.shown_worker, job.attempts, job.max_attempts,
                                  execution.duration)
                 continue
             retry_in = None
@@ -442,7 +442,7 @@ class WorkerProcess:
             if execution.kind in ("failed", "discarded"):
                 error = execution.ack.error or {}
                 logger.warning("kathikon job %s %s attempt %d/%d %s: %s: %s → %s%s",
-                               job.id.hex, job.worker, job.attempts, job.max_attempts,
+                               job.id.hex, job.shown_worker, job.attempts, job.max_attempts,
                                execution.kind, error.get("kind"), error.get("message"),
                                job.state, _next_attempt(job, retry_in))
             dispatcher = self.dispatchers.get(job.queue)

@@ -18,6 +18,8 @@ from django.utils import timezone
 
 import kathikon
 from kathikon import compat, signals
+from kathikon.compat import TASK_WORKER
+from kathikon.jobspec import worker_class
 from kathikon.storable import UNSTORED
 from kathikon.testing import drain_queue
 from tests import workers as core_workers
@@ -34,7 +36,11 @@ def test_enqueue_inserts_a_kathikon_job(db):
     assert result.status == Status.READY
     assert (result.args, result.kwargs, result.backend) == ([2, 3], {}, "default")
     job = kathikon.fetch(result.id)
-    assert job.worker == "kathikon.backends.TaskWorker"
+    # the worker column names the task (every list, filter and log line shows it); the
+    # path resolves to the backend's worker
+    assert job.worker == "tests.ecosystem.tasks.add"
+    assert worker_class(job.worker) == ("tests.ecosystem.tasks.add", backends.TaskWorker)
+    assert backends.TaskWorker.path() == TASK_WORKER
     assert job.args == {"task": "tests.ecosystem.tasks.add", "args": [2, 3], "kwargs": {}}
     assert (job.queue, job.priority, job.state) == ("default", 0, "available")
     assert result.enqueued_at == job.inserted_at

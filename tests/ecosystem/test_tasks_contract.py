@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rename(result_id: str, path: str) -> None:
-    """What a deploy that renamed or deleted the task leaves behind: the job names ``path``."""
+    """What a deploy that renamed or deleted the task leaves behind: the job names ``path``
+    (its worker column and its args)."""
     job = kathikon.fetch(result_id)
-    Job.objects.filter(pk=job.pk).update(args={**job.args, "task": path})
+    Job.objects.filter(pk=job.pk).update(worker=path, args={**job.args, "task": path})
 
 
 # -- started_at is the first attempt, last_attempted_at the latest ------------------------------
@@ -186,13 +187,26 @@ def test_get_result_of_a_task_that_no_longer_imports_is_failed_saying_why(db, pa
 
 
 def test_the_renamed_task_ends_dead_with_one_error_saying_why(db):
-    result = tasks.add.enqueue(1, 2)
-    _rename(result.id, "tests.ecosystem.tasks.renamed_away")
-    assert drain_queue().discarded == 1
+    """Past UNKNOWN_WORKER_GRACE (0 in-process) a task path that no longer imports is an
+    unknown worker like any other (a worker process holds it back until then, in case a
+    newer release knows it); Django's task_finished is still sent, once."""
+    finished = []
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append(task_result.status)
+
+    compat.task_finished.connect(on_finished)
+    try:
+        result = tasks.add.enqueue(1, 2)
+        _rename(result.id, "tests.ecosystem.tasks.renamed_away")
+        assert drain_queue().discarded == 1
+    finally:
+        compat.task_finished.disconnect(on_finished)
     found = compat.task_backends["default"].get_result(result.id)
     assert found.status == Status.FAILED and found.finished_at is not None
-    assert [error.exception_class_path for error in found.errors] == ["kathikon.workers.Discard"]
-    assert "cannot be imported" in found.errors[0].traceback
+    assert [error.exception_class_path for error in found.errors] == ["kathikon.UnknownWorker"]
+    assert "tests.ecosystem.tasks.renamed_away" in found.errors[0].traceback
+    assert finished == [Status.FAILED]
 
 
 def test_a_completed_task_renamed_later_keeps_its_result(db):

@@ -358,3 +358,26 @@ def test_a_running_job_page_says_why_there_is_no_cancel(browser, live_server, jo
     assert "pause the queue default" in note.inner_text() and "SIGTERM" in note.inner_text()
     note.locator("a", has_text="default").click()
     assert page.url.endswith("/admin/kathikon/queue/default/change/")
+
+
+def test_a_tasks_jobs_show_and_filter_by_the_task(browser, live_server, jobs):
+    """Issue 25 item 3: the job list names a Django Task's job by its task, and the worker
+    filter offers the task; a job enqueued before (worker TaskWorker) shows its task too."""
+    backends = pytest.importorskip("kathikon.backends")
+    from tests.ecosystem import tasks
+
+    tasks.send_email.enqueue("ada@example.com")
+    tasks.add.enqueue(1, 2)
+    make_job(worker=backends.TaskWorker, args={"task": "tests.ecosystem.tasks.add",
+                                               "args": [3, 4], "kwargs": {}})
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/")
+    cells = page.locator("#result_list td.field-worker_name span[title]")
+    titles = cells.evaluate_all("spans => spans.map(s => s.title)")
+    assert titles.count("tests.ecosystem.tasks.add") == 2
+    assert "tests.ecosystem.tasks.send_email" in titles
+    assert "kathikon.backends.TaskWorker" not in titles
+    page.click("#changelist-filter a[href='?worker=tests.ecosystem.tasks.send_email']")
+    page.wait_for_url(re.compile(r"worker=tests.ecosystem.tasks.send_email"))
+    shown = page.locator("#result_list td.field-worker_name").all_inner_texts()
+    assert [text.strip() for text in shown] == ["send_email"]

@@ -144,7 +144,7 @@ class Command(BaseCommand):
         if options["json"]:
             return self.emit({"jobs": [dashboard.job_as_dict(job) for job in page.jobs],
                               "next_cursor": page.next_cursor})
-        rows = [[job.id.hex, job.worker, job.queue, job.state, job.priority,
+        rows = [[job.id.hex, job.shown_worker, job.queue, job.state, job.priority,
                  f"{job.attempts}/{job.max_attempts}", when(job.inserted_at),
                  when(job.completed_at)] for job in page.jobs]
         self.table(["ID", "WORKER", "QUEUE", "STATE", "PRI", "ATTEMPTS", "INSERTED",
