@@ -3,8 +3,9 @@
 
 The jobs: one that succeeds, one that fails twice then succeeds, one that
 always fails (and goes dead), one that snoozes, one scheduled for later; then a
-batch whose callback gets its children's counts, and a cron schedule whose due
-tick the worker fires.
+batch whose callback gets its children's counts, a cron schedule whose due
+tick the worker fires, and a workflow (fetch → three transcodes in parallel →
+publish, each step reading its dependencies' results).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> int:
     for label, job in jobs.items():
         print(f"   {job.id.hex}  {label:<28} {job.worker}")
     batch, schedule = _scheduling_examples(workers)
+    workflow = _workflow_example(workers)
 
     print("== running `manage.py kathikon_worker --burst` until nothing is due", flush=True)
     import subprocess
@@ -66,6 +68,7 @@ def main() -> int:
             detail = f"due at {job.available_at:%H:%M:%S} UTC"
         print(f"   {label:<28} {job.state:<10} {job.attempts:>4}/{job.max_attempts:<3}  {detail}")
     _show_scheduling_examples(kathikon, batch, schedule)
+    _show_workflow(workflow)
     print("\nNext: `make test`, the docs in docs/, and the admin "
           "(testproject/manage.py runserver).")
     return 0
@@ -91,6 +94,31 @@ def _scheduling_examples(workers: Any) -> tuple[Any, Any]:
     CronSchedule.objects.filter(pk=schedule.pk).update(next_fire_at=tick)
     print(f"   {schedule.id.hex}  cron '* * * * *' (Berlin)   tick {tick:%H:%M} UTC is due")
     return batch, schedule
+
+
+def _workflow_example(workers: Any) -> Any:
+    """fetch → small, medium, large (in parallel) → publish (docs/workflows.md)."""
+    from kathikon import Workflow
+
+    wf = Workflow("publish-video")
+    wf.add("fetch", workers.FetchVideo, {"video": "intro.mp4"})
+    sizes = [wf.add(name, workers.Transcode, {"height": height}, deps=["fetch"])
+             for name, height in (("small", 360), ("medium", 720), ("large", 1080))]
+    wf.add("publish", workers.Publish, {}, deps=sizes)
+    wf.insert()
+    print(f"   {wf.id}  workflow publish-video      fetch → 3 transcodes → publish")
+    return wf
+
+
+def _show_workflow(wf: Any) -> None:
+    import kathikon
+    from kathikon import workflows
+
+    info = workflows.fetch(wf.id)
+    print(f"== the workflow: {info.status}; steps in order of their start:")
+    for step in sorted(info.steps, key=lambda s: (s.started_at is None, s.started_at)):
+        print(f"   {step.name:<8} {step.state:<10} {kathikon.fetch(step.id).result}")
+    print("   see the admin's workflow page (its graph) and `kathikon_ops workflow <id>`")
 
 
 def _show_scheduling_examples(kathikon: Any, batch: Any, schedule: Any) -> None:

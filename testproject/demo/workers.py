@@ -119,3 +119,25 @@ class Exits(kathikon.Worker):
         import sys
 
         sys.exit(3)
+
+
+class FetchVideo(kathikon.Worker):
+    """The demo workflow's first step: "fetches" a video and returns what it found."""
+
+    def perform(self, job):
+        return {"video": job.args["video"], "seconds": 93}
+
+
+class Transcode(kathikon.Worker):
+    """A step that reads the result of its ``fetch`` dependency (one query for all deps)."""
+
+    def perform(self, job):
+        fetched = job.dep_result("fetch")
+        return f"{fetched['video']}@{job.args['height']}p"
+
+
+class Publish(kathikon.Worker):
+    """The fan-in: runs once, after every transcode completed, with all their results."""
+
+    def perform(self, job):
+        return sorted(value for name, value in job.dep_results().items() if name != "fetch")
