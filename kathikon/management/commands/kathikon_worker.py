@@ -38,6 +38,10 @@ class Command(BaseCommand):
                             help="Fork N worker processes under a supervisor (default 1).")
         parser.add_argument("--node", default=None, metavar="NAME",
                             help="Node name (default host:pid; with --processes, NAME-1..N).")
+        parser.add_argument(
+            "--metrics-port", type=int, default=None, metavar="PORT",
+            help="Serve Prometheus metrics of this worker's jobs on PORT (needs "
+                 "kathikon[prometheus]); with --processes N, node i listens on PORT+i-1.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from kathikon.runtime.supervisor import Supervisor
@@ -50,10 +54,17 @@ class Command(BaseCommand):
         node, burst = options["node"], options["burst"]
         if node:
             check_node(node if processes == 1 else f"{node}-{processes}")
+        metrics_port = options["metrics_port"]
+        if metrics_port is not None:
+            check_metrics_port(metrics_port, processes)
         _configure_logging(options["verbosity"])
 
         def make_worker(index: int, parent_pid: int | None) -> WorkerProcess:
             name = node if node is None or processes == 1 else f"{node}-{index + 1}"
+            if metrics_port is not None:
+                from kathikon.metrics import serve
+
+                serve(metrics_port + index)
             return WorkerProcess(node=name, queues=queues, burst=burst, parent_pid=parent_pid,
                                  write=self._writer(options["verbosity"]))
 
@@ -89,6 +100,17 @@ def parse_queues(value: str | None) -> dict[str, int | None] | None:
     if not queues:
         raise CommandError("--queues needs at least one queue name")
     return queues
+
+
+def check_metrics_port(port: int, processes: int) -> None:
+    """``CommandError`` before start-up for a port range that cannot be, or no exporter."""
+    if port < 1 or port + processes - 1 > 65535:
+        raise CommandError(f"--metrics-port: {port} … {port + processes - 1} is not a range "
+                           "of TCP ports (1 to 65535)")
+    try:
+        import kathikon.metrics  # noqa: F401
+    except ImportError as missing:
+        raise CommandError(f"--metrics-port: {missing}") from None
 
 
 def check_node(name: str) -> None:
