@@ -51,7 +51,6 @@ from kathikon import compat, signals
 from kathikon.compat import TASK_WORKER
 from kathikon.conf import QUEUE_NAME
 from kathikon.exceptions import InvalidJob, JobNotFound, read_kind
-from kathikon.jobspec import worker_class
 from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.unique import as_unique
 from kathikon.workers import Discard, Outcome, Worker
@@ -250,6 +249,8 @@ def is_task_job(job: Any) -> bool:
     task's path (older jobs name :class:`TaskWorker` itself)."""
     if job.meta.get("task_backend") is not None or job.worker == TASK_WORKER:
         return True
+    from kathikon.jobspec import worker_class  # here: the backend loads without the app
+
     try:
         return worker_class(job.worker)[1] is TaskWorker
     except Exception:  # not importable here: not known to be a task

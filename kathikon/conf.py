@@ -52,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "ALLOW_DESTRUCTIVE_ACTIONS": True,  # dashboard/ops retry, cancel, rerun, pause, prune
     "TESTING_MODE": None,  # None (normal), "inline" or "manual": see kathikon.testing
     "PREPARED_STATEMENTS": True,  # on connections straight to PostgreSQL: storage.prepared
+    "TRACING": False,  # OpenTelemetry spans from insert to perform: kathikon.tracing
 }
 POSITIVE_NUMBERS = (
     "POLL_INTERVAL", "SCHEDULER_INTERVAL", "PRUNE_INTERVAL", "RETENTION_PERIOD",
@@ -136,7 +137,23 @@ def _problems(raw: Any) -> list[Problem]:
     if not isinstance(values["PREPARED_STATEMENTS"], bool):
         found.append(Problem("kathikon.E014", "KATHIKON['PREPARED_STATEMENTS'] must be True or "
                              "False.", "False plans every statement anew (see docs/settings.md)."))
+    if not isinstance(values["TRACING"], bool):
+        found.append(Problem("kathikon.E015", "KATHIKON['TRACING'] must be True or False.",
+                             "True traces every insert and perform (see docs/tracing.md)."))
+    elif values["TRACING"] and not _importable("opentelemetry.trace"):
+        found.append(Problem("kathikon.E016", "KATHIKON['TRACING'] is True but "
+                             "opentelemetry-api is not installed.",
+                             "pip install 'kathikon[otel]' (see docs/tracing.md)."))
     return found
+
+
+def _importable(module: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except ImportError:
+        return False
 
 
 def _duration(value: Any) -> bool:
@@ -328,3 +345,7 @@ def prepared_statements() -> bool:
 
 def testing_mode() -> str | None:
     return get()["TESTING_MODE"]
+
+
+def tracing() -> bool:
+    return bool(get()["TRACING"])

@@ -59,6 +59,7 @@ from kathikon.storable import (
     unstored_marker,
 )
 from kathikon.storage import Ack, Acked, hygiene, start_job, write_acks
+from kathikon.tracing.hooks import current_traceparent, traced
 from kathikon.workers import Discard, Retry, Snooze, Worker
 from kathikon.workflows.announce import announce as announce_settled
 
@@ -140,19 +141,22 @@ class Executor:
         if plan.error is not None:
             return fail_job(job, plan.error)
         depths = None if owns_thread else hygiene.atomic_depths()
-        try:
-            execution = run_job(job, timeout=plan.timeout,
-                                unknown_worker_grace=self.unknown_worker_grace)
-        except BaseException as exc:  # SystemExit & co. from perform: the attempt's outcome
-            execution = fail_job(job, exc, duration=_since(started))
-        aliases = hygiene.roll_back_left_open(depths, TransactionLeftOpen(),
-                                              close_unusable=owns_thread)
-        if aliases:
-            error = TransactionLeftOpen(
-                f"perform left a transaction open (database {', '.join(aliases)}); its writes "
-                "were rolled back" + (f" (perform also raised {execution.exception!r})"
-                                      if execution.kind == "failed" else ""))
-            execution = fail_job(job, error, duration=_since(started))
+        with traced(job) as end:  # the attempt's span, when tracing is on
+            try:
+                execution = run_job(job, timeout=plan.timeout,
+                                    unknown_worker_grace=self.unknown_worker_grace)
+            except BaseException as exc:  # SystemExit & co. from perform: the outcome
+                execution = fail_job(job, exc, duration=_since(started))
+            aliases = hygiene.roll_back_left_open(depths, TransactionLeftOpen(),
+                                                  close_unusable=owns_thread)
+            if aliases:
+                error = TransactionLeftOpen(
+                    f"perform left a transaction open (database {', '.join(aliases)}); its "
+                    "writes were rolled back" + (f" (perform also raised "
+                                                 f"{execution.exception!r})"
+                                                 if execution.kind == "failed" else ""))
+                execution = fail_job(job, error, duration=_since(started))
+            end(execution)
         return execution
 
 
@@ -437,7 +441,7 @@ def _error(job: Job, exc: BaseException, *, kind: str | None = None,
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     except Exception:  # a hostile __str__ or __cause__: keep what can be had
         trace = ""
-    return {
+    entry = {
         "attempt": job.attempts,
         "at": dt.datetime.now(dt.timezone.utc).isoformat(),
         # when this attempt started: job.started_at is only the latest (TaskResult.started_at)
@@ -447,6 +451,10 @@ def _error(job: Job, exc: BaseException, *, kind: str | None = None,
         "message": clean_text(message if message is not None else describe(exc), MAX_MESSAGE),
         "traceback": clean_text(trace, MAX_TRACEBACK),
     }
+    span = current_traceparent()  # tracing on: the next attempt's span links to this one
+    if span:
+        entry["span"] = span
+    return entry
 
 
 def _storable(job: Job, result: Any) -> Any:

@@ -22,6 +22,7 @@ from kathikon.exceptions import InvalidJob, shown
 from kathikon.ids import new_id, parse_id
 from kathikon.states import JobState
 from kathikon.storable import MAX_INT, MAX_JSON_DEPTH, nests_too_deep
+from kathikon.tracing.hooks import inject
 from kathikon.unique import Unique, as_unique
 from kathikon.workers import Worker, is_task, resolve_worker
 
@@ -392,6 +393,7 @@ def plan_row(worker: Any, options: dict[str, Any], now: dt.datetime | None = Non
         raise InvalidJob("meta must be a dict", key="meta")
     if meta:
         dump_args(meta, "meta")
+    meta = inject(meta, queue=queue, worker=path)  # tracing on: the insert's span context
     return RowPlan(
         path=path, queue=queue, priority=priority, max_attempts=max_attempts,
         state=JobState.SCHEDULED if available_at > now else JobState.AVAILABLE,

@@ -95,6 +95,11 @@ TASKS = {"default": {"BACKEND": "kathikon.backends.KathikonBackend",
                      "QUEUES": ["default", "emails"]}}
 # Whole-process tests start workers with their own settings: a JSON object merged in.
 KATHIKON.update(json.loads(os.environ.get("KATHIKON_SETTINGS_JSON", "{}")))
+# Tracing tests (tests/tracing) read a worker process's spans from this file.
+if os.environ.get("KATHIKON_TEST_TRACE_FILE"):
+    from tests.tracing.file_exporter import install as _install_trace_file
+
+    _install_trace_file(os.environ["KATHIKON_TEST_TRACE_FILE"])
 
 LOGGING = {
     "version": 1,

@@ -22,9 +22,10 @@ except ImportError as missing:  # pragma: no cover - depends on the installed ex
     raise ImportError("kathikon.metrics needs prometheus_client: "
                       "pip install 'kathikon[prometheus]'") from missing
 
-from kathikon.metrics.database import DatabaseCollector
 from kathikon.metrics.exporter import serve
 from kathikon.metrics.instruments import install
 from kathikon.metrics.views import metrics_view
 
-__all__ = ["DatabaseCollector", "install", "metrics_view", "serve"]
+# kathikon.metrics.database.DatabaseCollector reads the job table: imported by the view when
+# it first serves, so that urls.py can name the view before the app registry is ready.
+__all__ = ["install", "metrics_view", "serve"]

@@ -1,0 +1,149 @@
+"""OpenTelemetry tracing from insert to perform (kathikon.tracing), with the real SDK.
+
+- A request span → ``insert`` (producer span ``send <queue>``) → ``perform`` (consumer
+  span ``process <queue>``) is one trace, each span the child of the one before, in this
+  process and in a real worker process.
+- A retried job's attempts are one trace; the second attempt links to the first.
+- A job inserted outside any span: its send span is a trace's root; a job that carries
+  no context at all (inserted while tracing was off): its process span is a root.
+- Off (the default), nothing is written into ``meta`` and no span is made.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+
+import kathikon
+from kathikon.models import Job
+from kathikon.testing import drain_queue
+from tests import workers
+from tests.runtime.conftest import wait_until
+from tests.tracing import file_exporter
+from tests.tracing.workers import FailsFirst, OpensASpan
+
+trace = pytest.importorskip("opentelemetry.trace")
+
+
+def by_name(finished, name):
+    found = [span for span in finished if span.name == name]
+    assert found, f"no span {name!r} among {[span.name for span in finished]}"
+    return found
+
+
+def test_request_insert_and_perform_are_one_trace(db, spans):
+    with trace.get_tracer("web").start_as_current_span("POST /signup",
+                                                       kind=trace.SpanKind.SERVER) as request:
+        job = kathikon.insert(OpensASpan, {"plan": "pro"})
+    assert job.meta["traceparent"].split("-")[1] == f"{request.get_span_context().trace_id:032x}"
+    assert drain_queue().completed == 1
+    finished = spans.get_finished_spans()
+    [send] = by_name(finished, "send default")
+    [process] = by_name(finished, "process default")
+    [inner] = by_name(finished, "charge card")
+    assert send.kind == trace.SpanKind.PRODUCER and process.kind == trace.SpanKind.CONSUMER
+    assert send.parent.span_id == request.get_span_context().span_id
+    assert process.parent.span_id == send.context.span_id
+    assert inner.parent.span_id == process.context.span_id  # perform runs inside the span
+    trace_ids = {span.context.trace_id for span in (send, process, inner)}
+    assert trace_ids == {request.get_span_context().trace_id}
+    assert send.attributes["messaging.system"] == "kathikon"
+    assert send.attributes["messaging.destination.name"] == "default"
+    assert send.attributes["messaging.operation.name"] == "publish"
+    assert dict(process.attributes) == {
+        "messaging.system": "kathikon", "messaging.destination.name": "default",
+        "messaging.operation.type": "process", "messaging.operation.name": "process",
+        "messaging.message.id": job.id.hex, "kathikon.job.attempt": 1,
+        "kathikon.job.worker": OpensASpan.path(), "kathikon.job.outcome": "completed"}
+    assert process.status.status_code == trace.StatusCode.UNSET
+
+
+def test_a_retried_jobs_attempts_are_one_trace_the_second_linked_to_the_first(db, spans):
+    job = kathikon.insert(FailsFirst, {})
+    assert drain_queue().failed == 1
+    assert drain_queue(with_scheduled=True).completed == 1
+    first, second = sorted(by_name(spans.get_finished_spans(), "process default"),
+                           key=lambda span: span.attributes["kathikon.job.attempt"])
+    assert (first.attributes["kathikon.job.attempt"], second.attributes["kathikon.job.attempt"]
+            ) == (1, 2)
+    assert first.context.trace_id == second.context.trace_id
+    assert first.parent.span_id == second.parent.span_id  # both children of the send span
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    assert first.status.status_code == trace.StatusCode.ERROR
+    assert first.status.description == "upstream down"
+    assert first.attributes["error.type"] == "builtins.ConnectionError"
+    assert [event.name for event in first.events] == ["exception", "retry scheduled"]
+    assert second.status.status_code == trace.StatusCode.UNSET
+    assert Job.objects.get(pk=job.pk).errors[0]["span"].split("-")[2] == \
+        f"{first.context.span_id:016x}"
+
+
+def test_a_discarded_and_a_snoozed_attempt_say_so(db, spans):
+    kathikon.insert(workers.RaiseDiscard, {})
+    kathikon.insert(workers.SnoozeTen, {})
+    drain_queue()
+    finished = {span.attributes["kathikon.job.worker"]: span
+                for span in by_name(spans.get_finished_spans(), "process default")}
+    discarded = finished[workers.RaiseDiscard.path()]
+    assert discarded.attributes["kathikon.job.outcome"] == "discarded"
+    assert discarded.status.status_code == trace.StatusCode.ERROR
+    snoozed = finished[workers.SnoozeTen.path()]
+    assert snoozed.attributes["kathikon.job.outcome"] == "snoozed"
+    assert [event.name for event in snoozed.events] == ["snoozed"]
+
+
+def test_without_a_context_the_send_span_is_a_root_and_without_one_in_meta_process_is(
+        db, spans, settings):
+    kathikon.insert(workers.Succeed, {})  # no span around: the send span starts a trace
+    settings.KATHIKON = {**settings.KATHIKON, "TRACING": False}
+    untraced = kathikon.insert(workers.Succeed, {})  # tracing off: no context in meta
+    assert "traceparent" not in untraced.meta
+    settings.KATHIKON = {**settings.KATHIKON, "TRACING": True}
+    with trace.get_tracer("test").start_as_current_span("drain"):  # not the jobs' parent
+        assert drain_queue().completed == 2
+    finished = spans.get_finished_spans()
+    [send] = by_name(finished, "send default")
+    assert send.parent is None
+    processes = by_name(finished, "process default")
+    parents = sorted((span.parent.span_id if span.parent else None) is None
+                     for span in processes)
+    assert parents == [False, True]
+    [child] = [span for span in processes if span.parent is not None]
+    assert child.parent.span_id == send.context.span_id
+
+
+def test_off_by_default_no_meta_and_no_span(db, _provider):
+    _provider.clear()
+    job = kathikon.insert(workers.Succeed, {})
+    assert job.meta == {}
+    drain_queue()
+    assert _provider.get_finished_spans() == ()
+
+
+def test_bad_tracing_settings_are_system_check_errors(db, settings):
+    settings.KATHIKON = {**settings.KATHIKON, "TRACING": "yes"}
+    found = [message.id for message in checks.run_checks() if message.id.startswith("kathikon")]
+    assert "kathikon.E015" in found
+
+
+@pytest.mark.slow
+def test_a_real_worker_process_continues_the_trace(worker_processes, spans, tmp_path):
+    path = tmp_path / "spans.jsonl"
+    with trace.get_tracer("web").start_as_current_span("POST /checkout") as request:
+        job = kathikon.insert(FailsFirst, {})
+    worker_processes.start(settings={"TRACING": True, "POLL_INTERVAL": 0.1},
+                           env={"KATHIKON_TEST_TRACE_FILE": str(path)})
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "completed", timeout=30,
+               message="the job to complete on its second attempt")
+    wait_until(lambda: len(file_exporter.read(path)) >= 2, timeout=10,
+               message="the worker's spans")
+    first, second = sorted((span for span in file_exporter.read(path)
+                            if span["name"] == "process default"),
+                           key=lambda span: span["attributes"]["kathikon.job.attempt"])
+    [send] = by_name(spans.get_finished_spans(), "send default")
+    request_trace = f"{request.get_span_context().trace_id:032x}"
+    assert first["trace_id"] == second["trace_id"] == request_trace
+    assert first["parent_id"] == second["parent_id"] == f"{send.context.span_id:016x}"
+    assert second["links"] == [first["span_id"]]
+    assert (first["status"], first["kind"]) == ("ERROR", "CONSUMER")
+    assert first["attributes"]["messaging.message.id"] == job.id.hex
