@@ -28,8 +28,8 @@ from benchmarks.procs import ROOT, worker_env
 from benchmarks.runner import PHASES
 
 ALL_PHASES = (*PHASES, "admin", "peers", "mariadb-peer")
-DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "workflow", "admin",
-                  "peers", "mariadb-peer")
+DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "workflow",
+                  "tracing", "admin", "peers", "mariadb-peer")
 
 
 def admin_available() -> bool:

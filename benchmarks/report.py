@@ -161,6 +161,17 @@ def _workflow(procs: int) -> Callable[[dict[str, Any]], str]:
     return cell
 
 
+def _tracing(r: dict[str, Any]) -> str:
+    """The tracing phase's cell: the traced drain against the untraced one, and the cost."""
+    result = _get(r, "tracing")
+    if not result or result.get("overhead_us_per_job") is None:
+        return "-"
+    cpu = result.get("worker_cpu_overhead_us_per_job")
+    return (f"{_rate(result['on']['rate'])} vs {_rate(result['off']['rate'])} "
+            f"({result['overhead_us_per_job']:+.0f} us/job"
+            + (f", worker CPU {cpu:+.0f} us/job" if cpu is not None else "") + ")")
+
+
 ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("insert, 1 job per transaction (jobs/s)",
      lambda r: f"{_rate(_get(r, 'enqueue', 'rate'))} (N={_count(_get(r, 'enqueue', 'n'))})"),
@@ -211,6 +222,8 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
      f"({_get(r, 'flow', 'limited_ratio'):.0%})"),
     ("workflow: 1 → N-2 → 1 steps vs N plain jobs, 1 `kathikon_worker` (jobs/s)", _workflow(1)),
     ("workflow: 1 → N-2 → 1 steps vs N plain jobs, 2 `kathikon_worker` (jobs/s)", _workflow(2)),
+    ("drain with `TRACING` on (OpenTelemetry SDK, spans dropped) vs off, 1 `kathikon_worker` "
+     "(jobs/s)", _tracing),
 ]
 
 

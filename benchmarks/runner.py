@@ -22,9 +22,11 @@ from typing import Any
 
 from benchmarks import dbs
 from benchmarks.procs import Workers, machine_busy_seconds, tree_cpu_seconds, tree_rss_kib
+from benchmarks.tracing_drain import phase_tracing
 from benchmarks.workflow_drain import phase_workflow
 
-PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "flow", "workflow")
+PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "flow", "workflow",
+          "tracing")
 
 # Sizes per (database, mode). PostgreSQL gets the full figures; MariaDB and SQLite a
 # reduced set (smaller N), labelled as such in the report.
@@ -167,7 +169,8 @@ def phase_storage(size: dict[str, Any], progress: Progress, **_: Any) -> dict[st
 
 
 def _drain(n: int, procs: int, size: dict[str, Any], progress: Progress, log_dir: Path,
-           label: str, *, prefilled: bool = False) -> dict[str, Any]:
+           label: str, *, prefilled: bool = False,
+           env: dict[str, str] | None = None) -> dict[str, Any]:
     if not prefilled:
         dbs.reset()
         fill(n, size["fill_call"])
@@ -176,7 +179,7 @@ def _drain(n: int, procs: int, size: dict[str, Any], progress: Progress, log_dir
     remaining = n
     # (pending, worker CPU, backend CPU, the machine's busy CPU, when)
     cpu_first: tuple[int, float, float, float, float] | None = None
-    with Workers(procs, log_dir) as workers:
+    with Workers(procs, log_dir, env=env) as workers:
         while remaining > 0 and time.monotonic() - started < size["drain_timeout"]:
             time.sleep(0.2)
             workers.check_alive()
@@ -439,7 +442,7 @@ def explain_claim() -> dict[str, Any]:
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "enqueue": phase_enqueue, "bulk": phase_bulk, "storage": phase_storage,
     "drain": phase_drain, "latency": phase_latency, "backlog": phase_backlog,
-    "flow": phase_flow, "workflow": phase_workflow,
+    "flow": phase_flow, "workflow": phase_workflow, "tracing": phase_tracing,
 }
 
 

@@ -78,3 +78,10 @@ else:
     }}
 
 KATHIKON: dict[str, object] = {}
+
+# The tracing phase (benchmarks/tracing_drain.py): a worker with tracing on and the SDK.
+if os.environ.get("BENCH_TRACING"):
+    KATHIKON["TRACING"] = True
+    from benchmarks.tracing_sdk import install as _install_tracing
+
+    _install_tracing()
