@@ -1,4 +1,5 @@
-"""Internal: ``{% kathikon_overview %}``, the queue summary and chart of the admin's app page."""
+"""Internal: ``{% kathikon_overview %}``, the queue summary and chart of the admin's app page,
+and ``{% live_every request %}``, how often kathikon/live.js updates it in place."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ from kathikon import report
 from kathikon.admin.chart import throughput_svg
 
 register = template.Library()
+
+LIVE_EVERY = 5  # seconds between the overview's updates in place (kathikon/live.js)
+LIVE_CHOICES = (0, 5, 30)  # paused, the default, and a lighter one
+
+
+@register.simple_tag
+def live_every(request: Any) -> int:
+    """Seconds between live updates, from ``?refresh=`` (0 pauses); anything else: 5."""
+    try:
+        every = int(request.GET.get("refresh", LIVE_EVERY))
+    except (AttributeError, TypeError, ValueError):
+        return LIVE_EVERY
+    return every if every in LIVE_CHOICES else LIVE_EVERY
 
 
 @register.inclusion_tag("admin/kathikon/overview.html", takes_context=True)

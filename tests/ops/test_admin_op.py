@@ -362,13 +362,16 @@ def test_delete_view_of_a_job_removes_its_history(admin_client_op, mixed_jobs):
     assert admin_client_op.get(running).status_code == 403
 
 
-def test_overview_auto_refresh(admin_client_op):
+def test_overview_updates_live_every_5_seconds_unless_paused(admin_client_op):
     url = reverse("admin:app_list", args=["kathikon"])
-    assert 'http-equiv="refresh"' not in admin_client_op.get(url).content.decode()
-    html = admin_client_op.get(url, {"refresh": "10"}).content.decode()
-    assert '<meta http-equiv="refresh" content="10">' in html
-    for bad in ("1", "abc", "-5"):
-        assert 'http-equiv="refresh"' not in admin_client_op.get(
+    html = admin_client_op.get(url).content.decode()
+    assert 'data-live-every="5"' in html and "kathikon/live.js" in html
+    assert 'http-equiv="refresh"' not in html  # in place, never a reload
+    assert 'data-live-every="30"' in admin_client_op.get(url, {"refresh": "30"}).content.decode()
+    paused = admin_client_op.get(url, {"refresh": "0"}).content.decode()
+    assert 'data-live-every="0"' in paused and "<strong>paused</strong>" in paused
+    for bad in ("1", "abc", "-5", "99999"):
+        assert 'data-live-every="5"' in admin_client_op.get(
             url, {"refresh": bad}).content.decode()
 
 

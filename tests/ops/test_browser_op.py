@@ -31,6 +31,7 @@ from kathikon.models import Job, Queue
 from kathikon.states import JobState
 from tests import workers
 from tests.ops.conftest import VIEW_ALL, error, make_job, staff_user
+from tests.runtime.conftest import worker_processes  # noqa: F401
 
 CHROMIUM = "/usr/bin/chromium"
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
@@ -381,3 +382,25 @@ def test_a_tasks_jobs_show_and_filter_by_the_task(browser, live_server, jobs):
     page.wait_for_url(re.compile(r"worker=tests.ecosystem.tasks.send_email"))
     shown = page.locator("#result_list td.field-worker_name").all_inner_texts()
     assert [text.strip() for text in shown] == ["send_email"]
+
+
+def test_the_overview_updates_in_place_while_a_worker_drains(browser, live_server, jobs,
+                                                             worker_processes):  # noqa: F811
+    """Issue 24: the overview is live (kathikon/live.js): a real worker drains 300 jobs and
+    the queue's counts follow on the page, which is never reloaded."""
+    kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(300)])
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/")
+    row = "tr[data-queue='default']"
+    assert page.locator(f"{row} td[data-state='available']").inner_text() == "300"
+    before = int(page.locator(f"{row} td[data-state='completed']").inner_text())
+    page.evaluate("window.kathikonMarker = 'the same page'")  # gone if the page reloads
+    worker_processes.start("--queues", "default", settings={"POLL_INTERVAL": 0.1})
+    page.wait_for_function(
+        f"document.querySelector(\"{row} td[data-state='available']\").textContent.trim()"
+        " === '0' && Number(document.querySelector(\""
+        f"{row} td[data-state='completed']\").textContent) === {before + 300}",
+        timeout=60_000)
+    assert page.evaluate("window.kathikonMarker") == "the same page"
+    assert page.locator("#kathikon-live-stamp").inner_text().startswith("updated ")
+    assert page.locator("#kathikon-overview").get_attribute("data-updated")
