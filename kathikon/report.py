@@ -14,6 +14,7 @@ or per job), so they are safe to call on a table with millions of jobs.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,8 +25,8 @@ from kathikon.states import JobState
 from kathikon.storage import limited, reports, vendor
 from kathikon.storage import queues as queue_storage
 
-__all__ = ["FailureSummary", "QueueSummary", "ThroughputPoint", "failure_summary",
-           "queue_summary", "served_queues", "throughput"]
+__all__ = ["FailureSummary", "QueueSummary", "ThroughputPoint", "TimingSummary",
+           "failure_summary", "queue_summary", "served_queues", "throughput", "timing_summary"]
 
 
 @dataclass(frozen=True)
@@ -234,3 +235,52 @@ def throughput(*, minutes: int = 60, queue: str | None = None,
         if bucket is not None:
             bucket[0 if row["state"] == JobState.COMPLETED else 1] += row["count"]
     return [ThroughputPoint(minute, done, failed) for minute, (done, failed) in buckets.items()]
+
+
+@dataclass(frozen=True)
+class TimingSummary:
+    """How long one queue's jobs that completed recently waited and ran (seconds).
+
+    ``wait``: from when the last attempt was due (``available_at``) to its start;
+    ``run``: from its start to the completion. Each maps ``p50``, ``p95`` and ``p99``
+    to a value; ``jobs`` is how many completions were read (at most the sample).
+    """
+
+    queue: str
+    jobs: int
+    wait: dict[str, float]
+    run: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+
+
+def timing_summary(*, minutes: int = 60, sample: int = 20_000, queue: str | None = None,
+                   now: dt.datetime | None = None) -> list[TimingSummary]:
+    """Queue wait and run time percentiles per queue over the jobs that completed in the last
+    ``minutes`` (the newest ``sample`` of them: one index range, its cost capped), by name."""
+    now = now or vendor.now()
+    waits: dict[str, list[float]] = {}
+    runs: dict[str, list[float]] = {}
+    for name, available_at, started_at, completed_at in reports.recent_completions(
+            now - dt.timedelta(minutes=minutes), sample, queue=queue):
+        if started_at is None or completed_at is None:
+            continue
+        if available_at is not None:
+            waits.setdefault(name, []).append(
+                max(0.0, (started_at - available_at).total_seconds()))
+        runs.setdefault(name, []).append(max(0.0, (completed_at - started_at).total_seconds()))
+    return [TimingSummary(name, len(runs[name]), _percentiles(waits.get(name, [])),
+                          _percentiles(runs[name])) for name in sorted(runs)]
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    """Nearest-rank percentiles (every value is one that was measured)."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {name: ordered[min(len(ordered) - 1, max(0, math.ceil(len(ordered) * share) - 1))]
+            for name, share in PERCENTILES}

@@ -177,6 +177,17 @@ def _oldest_due_postgres(now: dt.datetime) -> tuple[str, list[Any]]:
     return sql, [*CLAIMABLE_STATES * 5, now]
 
 
+def recent_completions(since: dt.datetime, limit: int,
+                       queue: str | None = None) -> list[tuple[str, Any, Any, Any]]:
+    """``(queue, available_at, started_at, completed_at)`` of the newest ``limit`` jobs that
+    completed since ``since``: a range of the ``completed_at`` index, newest first."""
+    query = _jobs().filter(completed_at__gte=since, state=JobState.COMPLETED)
+    if queue is not None:
+        query = query.filter(queue=queue)
+    return list(query.order_by("-completed_at").values_list(
+        "queue", "available_at", "started_at", "completed_at")[:limit])
+
+
 def finished_per_minute(since: dt.datetime, queue: str | None = None) -> list[dict[str, Any]]:
     """``[{"minute", "state", "count"}]`` for jobs that completed or died since ``since``."""
     query = _jobs().filter(completed_at__gte=since, state__in=FINISHED_STATES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
@@ -14,7 +15,8 @@ import kathikon
 from kathikon import storage
 from kathikon.models import CronSchedule, Job, Queue
 from kathikon.states import JobState
-from tests.ops.conftest import VIEW_ALL, staff_user
+from tests import workers
+from tests.ops.conftest import VIEW_ALL, make_job, staff_user
 
 pytestmark = pytest.mark.django_db
 CHANGELIST = "admin:kathikon_job_changelist"
@@ -446,3 +448,26 @@ def test_a_running_job_page_says_why_it_has_no_cancel_button(admin_client_op, mi
     assert 'id="kathikon-no-cancel"' in html and "kathikon-cancel_jobs" not in html
     assert "pause the queue" in html and "SIGTERM" in html and "<code>node-1</code>" in html
     assert 'id="kathikon-no-cancel"' not in job_page(admin_client_op, mixed_jobs["available"])
+
+
+def test_overview_draws_one_queues_chart_and_the_timing_percentiles(admin_client_op):
+    from django.utils import timezone as tz
+
+    now = tz.now()
+    for queue, worker, count in (("default", workers.Succeed, 3), ("emails", workers.Emails, 2)):
+        for _ in range(count):
+            job = make_job(queue=queue, worker=worker, state=JobState.COMPLETED, attempts=1)
+            Job.objects.filter(pk=job.pk).update(
+                available_at=now - dt.timedelta(seconds=3),
+                started_at=now - dt.timedelta(seconds=2),
+                completed_at=now - dt.timedelta(seconds=1))
+    url = reverse("admin:app_list", args=["kathikon"])
+    every = admin_client_op.get(url).content.decode()
+    assert 'data-completed="5"' in every and "<strong>all</strong>" in every
+    assert '<tr data-timing-queue="default"><th>default</th><td>3</td>' in every
+    assert '<td data-wait="p50">1.0 s</td>' in every and '<td data-run="p99">1.0 s</td>' in every
+    emails = admin_client_op.get(url, {"chart": "emails"}).content.decode()
+    assert 'data-completed="2"' in emails and "<strong>emails</strong>" in emails
+    assert "last hour: queue emails" in emails
+    unknown = admin_client_op.get(url, {"chart": "nope"}).content.decode()
+    assert 'data-completed="5"' in unknown  # a name no queue has: every queue

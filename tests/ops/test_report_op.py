@@ -182,3 +182,38 @@ def test_oldest_waiting_is_the_oldest_due_job_across_priorities(job_factory):
     assert 299 <= summaries["default"].oldest_available_age <= 301
     assert 49 <= summaries["emails"].oldest_available_age <= 51
     assert summaries["reports"].oldest_available_age is None
+
+
+def test_timing_summary_gives_wait_and_run_percentiles_per_queue(django_assert_max_num_queries):
+    """100 completions on default waiting 1..100 s and running 0.1..10 s; 2 on emails; one
+    completed two hours ago and a dead job are left out."""
+    from kathikon.models import Job
+    from tests.ops.conftest import make_job
+
+    def completed(due, started, done, **options):
+        job = make_job(state=JobState.COMPLETED, attempts=1, **options)
+        Job.objects.filter(pk=job.pk).update(available_at=due, started_at=started,
+                                             completed_at=done)
+
+    now = timezone.now()
+    started = now - dt.timedelta(minutes=30)
+    for i in range(1, 101):
+        completed(started - dt.timedelta(seconds=i), started,
+                  started + dt.timedelta(seconds=i / 10))
+    for i in (1, 2):
+        at = now - dt.timedelta(seconds=10)
+        completed(at, at, at + dt.timedelta(seconds=i), queue="emails", worker=workers.Emails)
+    old = now - dt.timedelta(hours=3)
+    completed(old, old, now - dt.timedelta(hours=2))
+    make_job(state=JobState.DEAD, attempts=1, started_at=now, available_at=now)
+    with django_assert_max_num_queries(1):
+        timings = {t.queue: t for t in report.timing_summary(now=now)}
+    assert set(timings) == {"default", "emails"}
+    default = timings["default"]
+    assert default.jobs == 100
+    assert default.wait == {"p50": 50.0, "p95": 95.0, "p99": 99.0}
+    assert default.run == pytest.approx({"p50": 5.0, "p95": 9.5, "p99": 9.9})
+    assert timings["emails"].run == {"p50": 1.0, "p95": 2.0, "p99": 2.0}
+    sampled = {t.queue: t for t in report.timing_summary(now=now, sample=10)}
+    assert sum(t.jobs for t in sampled.values()) == 10  # the newest 10 only
+    assert [t.queue for t in report.timing_summary(now=now, queue="emails")] == ["emails"]
