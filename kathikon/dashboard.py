@@ -35,6 +35,8 @@ from kathikon.states import JobState
 from kathikon.storage import events, reports, vendor
 from kathikon.storage import jobs as job_storage
 from kathikon.storage import queues as queue_storage
+from kathikon.storage.bulk import retry_chunk
+from kathikon.workflows.announce import announce
 
 __all__ = [
     "ActionResult", "JobDetail", "JobPage", "all_queues", "cancel_job", "cancel_jobs",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 MAX_LIMIT = 1000
+RETRY_CHUNK = 1000  # jobs a retry_jobs transaction takes (storage.bulk)
 
 
 @dataclass(frozen=True)
@@ -239,9 +242,26 @@ def rerun_job(job_id: object, *, allow_destructive: bool | None = None) -> Job:
     return kathikon.rerun(job_id)
 
 
-def retry_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None) -> ActionResult:
+def retry_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None,
+               actor: str = "") -> ActionResult:
+    """Retry each job, a chunk of 1,000 a transaction (storage.bulk); ``actor`` goes into
+    each job's history."""
     _require(allow_destructive, "retrying jobs")
-    return _each(ids, kathikon.retry)
+    wanted, failed = [], []
+    for job_id in ids:
+        pk = parse_id(getattr(job_id, "pk", job_id))
+        if pk is None:
+            failed.append((str(job_id), "not a job id"))
+        else:
+            wanted.append(pk)
+    changed: list[str] = []
+    for start in range(0, len(wanted), RETRY_CHUNK):
+        retried, refused, settled = retry_chunk(wanted[start:start + RETRY_CHUNK], actor=actor)
+        changed += [pk.hex for pk in retried]
+        failed += [(pk.hex, why) for pk, why in refused]
+        for job in settled:  # workflow steps: what their retry made wait again
+            announce(job.settled)
+    return ActionResult(changed=changed, failed=failed)
 
 
 def cancel_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None) -> ActionResult:

@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 
 import kathikon
 from kathikon import dashboard
+from kathikon.admin import bulk
 from kathikon.admin.common import (
     ActionsMixin,
     DeclaredFiltersChangeList,
@@ -174,26 +175,46 @@ class JobAdmin(ActionsMixin):
 
     # -- actions -------------------------------------------------------------------------
 
+    # Each action on more than BULK_CONFIRM jobs (or on every job a filter matches) first
+    # shows what it will touch, then runs in chunks of BULK_CHUNK (kathikon.admin.bulk).
+
     @admin.action(description="Retry selected jobs now", permissions=["retry"])
-    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        result = dashboard.retry_jobs(_ids(queryset))
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if (page := bulk.confirmation(self, request, queryset, "retry", "retried")) is not None:
+            return page
+        result = bulk.run(request, queryset, "retry", lambda ids: dashboard.retry_jobs(
+            ids, actor=bulk.actor(request)))
         self.report_result(request, result, "Retried", "retry")
         if result.changed:
-            self.message_user(request, attempts_left(result.changed), messages.INFO)
+            self.message_user(request, attempts_left(result.changed[:100]), messages.INFO)
+        return None
 
     @admin.action(description="Cancel selected jobs", permissions=["cancel"])
-    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self.report_result(request, dashboard.cancel_jobs(_ids(queryset)), "Cancelled", "cancel")
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if (page := bulk.confirmation(self, request, queryset, "cancel", "cancelled")) is not None:
+            return page
+        self.report_result(request, bulk.run(request, queryset, "cancel", dashboard.cancel_jobs),
+                           "Cancelled", "cancel")
+        return None
 
     @admin.action(description="Rerun selected jobs (as new jobs)", permissions=["rerun"])
-    def rerun_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self.report_result(request, dashboard.rerun_jobs(_ids(queryset)), "Reran", "rerun")
+    def rerun_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if (page := bulk.confirmation(self, request, queryset, "rerun", "rerun")) is not None:
+            return page
+        self.report_result(request, bulk.run(request, queryset, "rerun", dashboard.rerun_jobs),
+                           "Reran", "rerun")
+        return None
 
     # Named like Django's site-wide action so it replaces it: ours refuses executing
     # jobs and deletes their history too.
     @admin.action(description="Delete selected jobs", permissions=["delete"])
-    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self.report_result(request, dashboard.delete_jobs(_ids(queryset)), "Deleted", "delete")
+    def delete_selected(self, request: HttpRequest,
+                        queryset: QuerySet[Job]) -> HttpResponse | None:
+        if (page := bulk.confirmation(self, request, queryset, "delete", "deleted")) is not None:
+            return page
+        self.report_result(request, bulk.run(request, queryset, "delete", dashboard.delete_jobs),
+                           "Deleted", "delete")
+        return None
 
     # -- one job's page: action buttons post here ----------------------------------------
 

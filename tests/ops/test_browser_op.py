@@ -404,3 +404,32 @@ def test_the_overview_updates_in_place_while_a_worker_drains(browser, live_serve
     assert page.evaluate("window.kathikonMarker") == "the same page"
     assert page.locator("#kathikon-live-stamp").inner_text().startswith("updated ")
     assert page.locator("#kathikon-overview").get_attribute("data-updated")
+
+
+def test_a_bulk_retry_of_10000_dead_jobs_asks_first_and_runs_in_chunks(browser, live_server,
+                                                                       jobs):
+    """Issue 24: an action on everything a filter matches shows what it will touch, runs
+    in chunks, and is not offered to staff without the permission."""
+    kathikon.insert_many([(workers.Explode, {"n": n}) for n in range(10_000)])
+    Job.objects.filter(worker=workers.Explode.path(), state=JobState.AVAILABLE).update(
+        state=JobState.DEAD, attempts=3)
+    dead = Job.objects.filter(state=JobState.DEAD).count()
+    assert dead == 10_004  # and the fixture's dead jobs
+    viewer = login(browser, live_server, "viewer")
+    viewer.goto(f"{live_server.url}/admin/kathikon/job/?state=dead")
+    assert viewer.locator("select[name=action]").count() == 0
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/?state=dead")
+    page.check("#action-toggle")
+    page.click("#changelist-form .actions .question a")  # "Select all 10,004 jobs"
+    page.select_option("select[name=action]", "retry_jobs")
+    page.click("button[name=index]")
+    page.wait_for_selector("#kathikon-bulk-confirm")
+    assert page.locator("#kathikon-bulk-count").inner_text() == "10,004"
+    assert "state=dead" in page.locator("#kathikon-bulk-confirm").inner_text()
+    assert Job.objects.filter(state=JobState.DEAD).count() == dead  # asked, not done
+    page.click("#kathikon-bulk-yes")
+    page.wait_for_selector("ul.messagelist")
+    said = page.locator("ul.messagelist").inner_text()
+    assert "Retried 10004 jobs." in said and "Ran in 11 chunks of up to 1,000 jobs." in said
+    assert Job.objects.filter(state=JobState.DEAD).count() == 0
