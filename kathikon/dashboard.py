@@ -247,13 +247,7 @@ def retry_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None,
     """Retry each job, a chunk of 1,000 a transaction (storage.bulk); ``actor`` goes into
     each job's history."""
     _require(allow_destructive, "retrying jobs")
-    wanted, failed = [], []
-    for job_id in ids:
-        pk = parse_id(getattr(job_id, "pk", job_id))
-        if pk is None:
-            failed.append((str(job_id), "not a job id"))
-        else:
-            wanted.append(pk)
+    wanted, failed = _parse_ids(ids)
     changed: list[str] = []
     for start in range(0, len(wanted), RETRY_CHUNK):
         retried, refused, settled = retry_chunk(wanted[start:start + RETRY_CHUNK], actor=actor)
@@ -262,6 +256,18 @@ def retry_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None,
         for job in settled:  # workflow steps: what their retry made wait again
             announce(job.settled)
     return ActionResult(changed=changed, failed=failed)
+
+
+def _parse_ids(ids: Iterable[object]) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The job ids (hex, UUID or a job) of ``ids``, and what is not one, refused."""
+    wanted, failed = [], []
+    for job_id in ids:
+        pk = parse_id(getattr(job_id, "pk", job_id))
+        if pk is None:
+            failed.append((str(job_id), "not a job id"))
+        else:
+            wanted.append(pk)
+    return wanted, failed
 
 
 def cancel_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None) -> ActionResult:
@@ -278,13 +284,7 @@ def rerun_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None) 
 def delete_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None) -> ActionResult:
     """Delete jobs and their history; claimed or running jobs are refused."""
     _require(allow_destructive, "deleting jobs")
-    wanted, failed = [], []
-    for job_id in ids:
-        pk = parse_id(getattr(job_id, "pk", job_id))
-        if pk is None:
-            failed.append((str(job_id), "not a job id"))
-        else:
-            wanted.append(pk)
+    wanted, failed = _parse_ids(ids)
     deleted, refused = reports.delete_jobs(wanted)
     found = set(deleted) | set(refused)
     failed += [(pk.hex, "claimed or running, or an unfinished workflow step (cancel it); it "
