@@ -42,7 +42,7 @@ from kathikon.admin.pagination import EstimatedCountPaginator
 from kathikon.ids import parse_id
 from kathikon.models import Job
 from kathikon.states import BLOCKED_STATES, EXECUTING_STATES, PENDING_STATES, JobState
-from kathikon.storage import events, reports
+from kathikon.storage import events, reports, search
 from kathikon.storage import workflows as workflow_storage
 from kathikon.timeline import job_history
 
@@ -69,7 +69,9 @@ class JobAdmin(ActionsMixin):
     list_filter = (StateFilter, QueueFilter, WorkerFilter,
                    WorkflowFilter)  # + the date filters, see below
     search_fields = ("id", "worker", "args")
-    search_help_text = "A job id (hex), or part of a worker path or of the arguments."
+    search_help_text = ("A job id (hex); part of a worker path or of the arguments; "
+                        "args.KEY=VALUE or meta.KEY=VALUE (a dotted KEY for nested values, "
+                        "a JSON or text VALUE); error:TEXT for the last error's message.")
     ordering = ("-id",)
     sortable_by = ()
     list_per_page = 50
@@ -171,6 +173,9 @@ class JobAdmin(ActionsMixin):
         pk = parse_id(term) if len(term.replace("-", "")) == 32 else None
         if pk is not None:
             return queryset.filter(pk=pk), False
+        narrowed = search.structured(queryset, term)  # args.key=value, meta.key=…, error:…
+        if narrowed is not None:
+            return narrowed, False
         return queryset.filter(Q(worker__icontains=term) | Q(args__icontains=term)), False
 
     # -- actions -------------------------------------------------------------------------

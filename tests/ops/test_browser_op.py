@@ -433,3 +433,19 @@ def test_a_bulk_retry_of_10000_dead_jobs_asks_first_and_runs_in_chunks(browser, 
     said = page.locator("ul.messagelist").inner_text()
     assert "Retried 10004 jobs." in said and "Ran in 11 chunks of up to 1,000 jobs." in said
     assert Job.objects.filter(state=JobState.DEAD).count() == 0
+
+
+def test_a_search_by_an_args_key_finds_the_job(browser, live_server, jobs):
+    """Issue 24: structured search — a JSON key and value in args, and the last error."""
+    page = login(browser, live_server, "root")
+    page.goto(f"{live_server.url}/admin/kathikon/job/")
+    page.fill("#searchbar", "args.order=1234")
+    page.press("#searchbar", "Enter")
+    page.wait_for_url(re.compile(r"q=args.order"))
+    assert page.locator("#result_list code.kathikon-id").all_inner_texts() == [
+        jobs["dead"].id.hex]
+    page.fill("#searchbar", "error:BOOM 3")
+    page.press("#searchbar", "Enter")
+    page.wait_for_url(re.compile(r"q=error"))
+    assert page.locator("#result_list code.kathikon-id").all_inner_texts() == [
+        jobs["dead"].id.hex]
