@@ -22,6 +22,7 @@ from django.core.management.base import CommandError
 import kathikon
 from kathikon.models import Job
 from kathikon.states import JobState
+from kathikon.testing import drain_queue
 from tests import workers
 from tests.ops.conftest import make_job
 from tests.runtime.conftest import ROOT, wait_until
@@ -91,6 +92,10 @@ def test_database_gauges_match_the_ops_summary(db, client):
         for _ in range(count):
             make_job(state=state, attempts=int(state != JobState.AVAILABLE))
     make_job(queue="emails", worker=workers.Emails)
+    kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(5)]
+                         + [(workers.Explode, {"i": 0}, {"max_attempts": 1})])
+    drained = drain_queue()  # after a drain, as an operator would look
+    assert drained.completed >= 9 and drained.discarded + drained.failed == 1
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
@@ -104,7 +109,7 @@ def test_database_gauges_match_the_ops_summary(db, client):
         for state, count in queue["counts"].items():
             assert total(found, "kathikon_jobs", queue=queue["name"], state=state) == count
             checked += count
-    assert checked == 11
+    assert checked == 17
     age = total(found, "kathikon_oldest_due_job_age_seconds", queue="default")
     assert 0 <= age < 60
 

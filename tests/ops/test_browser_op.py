@@ -384,7 +384,7 @@ def test_a_tasks_jobs_show_and_filter_by_the_task(browser, live_server, jobs):
     assert [text.strip() for text in shown] == ["send_email"]
 
 
-def test_the_overview_updates_in_place_while_a_worker_drains(browser, live_server, jobs,
+def test_the_overview_updates_in_place_while_a_worker_drains(browser, live_server, jobs, shots,
                                                              worker_processes):  # noqa: F811
     """Issue 24: the overview is live (kathikon/live.js): a real worker drains 300 jobs and
     the queue's counts follow on the page, which is never reloaded."""
@@ -404,6 +404,7 @@ def test_the_overview_updates_in_place_while_a_worker_drains(browser, live_serve
     assert page.evaluate("window.kathikonMarker") == "the same page"
     assert page.locator("#kathikon-live-stamp").inner_text().startswith("updated ")
     assert page.locator("#kathikon-overview").get_attribute("data-updated")
+    page.screenshot(path=str(shots / "admin-live-overview.png"), full_page=True)
 
 
 def test_a_bulk_retry_of_10000_dead_jobs_asks_first_and_runs_in_chunks(browser, live_server,

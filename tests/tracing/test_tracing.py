@@ -147,3 +147,55 @@ def test_a_real_worker_process_continues_the_trace(worker_processes, spans, tmp_
     assert second["links"] == [first["span_id"]]
     assert (first["status"], first["kind"]) == ("ERROR", "CONSUMER")
     assert first["attributes"]["messaging.message.id"] == job.id.hex
+
+
+@pytest.mark.browser
+def test_a_trace_drawn_from_the_sdks_spans(db, spans, tmp_path):
+    """docs/img/trace.png (KATHIKON_UPDATE_SCREENSHOTS=1): a request whose job fails once
+    and then completes, as the SDK recorded it, drawn as a waterfall in Chromium."""
+    import os
+    from pathlib import Path
+
+    from tests.ops.test_browser_op import CHROMIUM, unavailable
+    from tests.tracing import waterfall
+
+    if connection_vendor() != "sqlite":
+        pytest.skip("browser tests run on SQLite only (KATHIKON_DB=sqlite)")
+    if not Path(CHROMIUM).exists():
+        unavailable(f"needs Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with trace.get_tracer("web").start_as_current_span("POST /checkout",
+                                                       kind=trace.SpanKind.SERVER):
+        kathikon.insert(FailsFirst, {"order": 1234})
+    drain_queue()
+    drain_queue(with_scheduled=True)
+    finished = list(spans.get_finished_spans())
+    assert len({span.context.trace_id for span in finished}) == 1
+    page_html = tmp_path / "trace.html"
+    page_html.write_text(waterfall.html(finished))
+    out = (Path(__file__).resolve().parents[2] / "docs" / "img"
+           if os.environ.get("KATHIKON_UPDATE_SCREENSHOTS") == "1" else tmp_path)
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": 1100, "height": 220})
+            page.goto(page_html.as_uri())
+            assert page.locator(".row").count() == 4  # request, send, two attempts
+            assert page.locator(".bar.error").count() == 1
+            page.screenshot(path=str(out / "trace.png"), full_page=True)
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def connection_vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
