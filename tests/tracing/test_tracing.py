@@ -199,3 +199,30 @@ def connection_vendor() -> str:
     from django.db import connection
 
     return connection.vendor
+
+
+def test_every_kind_of_insert_carries_the_context(db, spans):
+    """insert_many, a batch, a workflow's steps, a Django Task's enqueue and a cron tick."""
+    from kathikon import Batch, Workflow, cron
+    from kathikon.runtime.scheduler import CronScheduler
+
+    tasks = pytest.importorskip("tests.ecosystem.tasks")
+    with trace.get_tracer("web").start_as_current_span("POST /import") as request:
+        kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(3)])
+        Batch.start(None, [(workers.Succeed, {"child": 1})])
+        wf = Workflow("traced")
+        wf.add("a", workers.Succeed, {})
+        wf.add("b", workers.Succeed, {}, deps=["a"])
+        wf.insert()
+        result = tasks.add.enqueue(1, 2)
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    carried = [job.meta.get("traceparent", "") for job in Job.objects.all()]
+    assert len(carried) == 7 and all(tp.split("-")[1] == trace_id for tp in carried)
+    assert Job.objects.get(pk=result.id).meta["traceparent"]
+    schedule = cron.insert(workers.Succeed, {}, cron="* * * * *")
+    tick = schedule.next_fire_at
+    job = CronScheduler("n").fire(schedule.id, tick)
+    assert job is not None and job.meta["traceparent"]  # a root: the scheduler has no span
+    [send] = [span for span in spans.get_finished_spans()
+              if span.context.span_id == int(job.meta["traceparent"].split("-")[2], 16)]
+    assert send.parent is None
