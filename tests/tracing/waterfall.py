@@ -38,7 +38,8 @@ h1 {{ font-size: 15px; }} .row {{ display: flex; align-items: center; height: 28
 border-bottom: 1px solid #eee; }}
 .name {{ width: 260px; box-sizing: border-box; flex: none; }}
 .lane {{ position: relative; flex: 1; height: 14px; background: #f6f8fa; }}
-.bar {{ position: absolute; top: 0; bottom: 0; background: #2da44e; border-radius: 3px; }} .bar.error {{ background: #cf222e; }}
+.bar {{ position: absolute; top: 0; bottom: 0; background: #2da44e; border-radius: 3px; }}
+.bar.error {{ background: #cf222e; }}
 .note {{ width: 430px; flex: none; padding-left: 12px; color: #57606a; }}
 small {{ color: #8c959f; }}
 </style><h1>trace {trace_id}: {len(spans)} spans, {total / 1e6:.1f} ms</h1>{''.join(rows)}"""
