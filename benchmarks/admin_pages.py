@@ -175,7 +175,9 @@ def _pages() -> list[tuple[str, str]]:
     from kathikon.models import Job
 
     jobs = reverse("admin:kathikon_job_changelist")
-    dead = Job.objects.filter(state="dead").order_by("-id").values_list("pk", flat=True)[0]
+    dead, dead_args = Job.objects.filter(state="dead").order_by("-id").values_list(
+        "pk", "args")[0]
+    user_id = dead_args.get("user_id")
     now = dt.datetime.now(dt.timezone.utc)
     day = (now - dt.timedelta(days=3)).date().isoformat()
     old = (now - dt.timedelta(days=6)).date().isoformat()
@@ -193,6 +195,9 @@ def _pages() -> list[tuple[str, str]]:
                                      f"&completed_at__range__lte={old}&state=dead"),
         ("job list: page 20", f"{jobs}?p=20"),
         ("job list: search id", f"{jobs}?q={dead.hex}"),
+        # structured search (kathikon.storage.search): the GIN index over failed jobs' args
+        ("job list: dead, args key", f"{jobs}?state=dead&q=args.user_id%3D{user_id}"),
+        ("job list: dead, last error", f"{jobs}?state=dead&q=error%3Afailure+number+{user_id}"),
         ("job detail (dead)", reverse("admin:kathikon_job_change", args=[dead])),
         ("queues", reverse("admin:kathikon_queue_changelist")),
         ("overview", reverse("admin:app_list", args=["kathikon"])),

@@ -50,6 +50,7 @@ from kathikon.runtime.acker import Acker
 from kathikon.runtime.inbox import Inbox
 from kathikon.states import JobState
 from kathikon.storage import Ack, hygiene
+from kathikon.tracing.hooks import ended_elsewhere
 
 logger = logging.getLogger("kathikon.runtime")
 
@@ -320,6 +321,7 @@ class ExecutorPool:
         del self._slots[id(slot.job)]
         if slot.thread is not None:
             self._threads.discard(slot.thread)
+        ended_elsewhere(slot.job, execution)  # tracing on: the attempt's span says so
         self.acker.add(execution)
         self._freed()
 

@@ -35,6 +35,17 @@ def traced(job: Any) -> Iterator[Any]:
         yield end
 
 
+def ended_elsewhere(job: Any, execution: Any) -> None:
+    """The pool failed ``job``'s attempt on another thread (a timeout, a dead thread): say
+    so on the attempt's span, which stays open until ``perform`` returns."""
+    span = getattr(job, "trace_span", None)
+    if span is None or not conf.tracing():
+        return
+    from kathikon.tracing import spans
+
+    spans.end_once(job, span, execution)
+
+
 def current_traceparent() -> str | None:
     """The ``traceparent`` of the current span (kept with a failed attempt's error, so the
     next attempt can link to it); None when tracing is off or no span is recording."""

@@ -68,7 +68,20 @@ def process(job: Any) -> Iterator[Callable[[Any], None]]:
                                          attributes=attributes,
                                          record_exception=False,
                                          set_status_on_exception=False) as span:
-        yield lambda execution: _end(span, execution)
+        job.trace_span = span  # where the pool's timeout finds it (ended_elsewhere)
+        try:
+            yield lambda execution: end_once(job, span, execution)
+        finally:
+            job.trace_span = None
+
+
+def end_once(job: Any, span: Any, execution: Any) -> None:
+    """Record the attempt's outcome once: the pool's timeout (on its own thread) comes
+    first when ``perform`` overruns, and the thread's own outcome is then not the job's."""
+    if getattr(job, "trace_span_ended", False):
+        return
+    job.trace_span_ended = True
+    _end(span, execution)
 
 
 def _end(span: Any, execution: Any) -> None:

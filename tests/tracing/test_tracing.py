@@ -226,3 +226,25 @@ def test_every_kind_of_insert_carries_the_context(db, spans):
     [send] = [span for span in spans.get_finished_spans()
               if span.context.span_id == int(job.meta["traceparent"].split("-")[2], 16)]
     assert send.parent is None
+
+
+@pytest.mark.slow
+def test_a_sync_timeout_is_on_the_attempts_span(worker_processes, spans, tmp_path):
+    """The pool fails an overrunning attempt on its own thread: the span says timeout, not
+    what perform returned once it finally did."""
+    from tests.tracing.workers import Overruns
+
+    path = tmp_path / "spans.jsonl"
+    job = kathikon.insert(Overruns, {"seconds": 1.0})
+    worker_processes.start(settings={"TRACING": True, "POLL_INTERVAL": 0.1},
+                           env={"KATHIKON_TEST_TRACE_FILE": str(path)})
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "dead", timeout=30,
+               message="the job to time out")
+    wait_until(lambda: any(span["name"] == "process default"
+                           for span in file_exporter.read(path)), timeout=10,
+               message="the attempt's span (it ends when perform returns)")
+    [span] = [span for span in file_exporter.read(path) if span["name"] == "process default"]
+    assert span["status"] == "ERROR"
+    assert span["attributes"]["kathikon.job.outcome"] == "failed"
+    assert span["attributes"]["error.type"] == "kathikon.JobTimeout"
+    assert "exception" in span["events"]

@@ -25,3 +25,16 @@ class OpensASpan(kathikon.Worker):
 
         with trace.get_tracer("app").start_as_current_span("charge card"):
             return "charged"
+
+
+class Overruns(kathikon.Worker):
+    """A synchronous job that runs past its timeout (the pool fails the attempt meanwhile)."""
+
+    timeout = 0.3
+    max_attempts = 1
+
+    def perform(self, job):
+        import time
+
+        time.sleep(job.args.get("seconds", 1.0))
+        return "too late"
