@@ -59,3 +59,14 @@ def test_postgresql_has_the_partial_gin_index(db):
         [(definition,)] = cursor.fetchall()
     assert "USING gin (args jsonb_path_ops)" in definition
     assert "'dead'" in definition and "'retryable'" in definition
+
+
+def test_an_error_search_reads_only_the_newest_matches_of_the_filters(admin_client_op,
+                                                                       searchable, monkeypatch):
+    from kathikon.storage import search
+
+    monkeypatch.setattr(search, "ERROR_SCAN", 1)  # only the newest dead job: bob's
+    assert found(admin_client_op, "error:timeout", state="dead") == set()  # ada's is older
+    assert found(admin_client_op, "error:refused", state="dead") == {"bob"}
+    monkeypatch.setattr(search, "ERROR_SCAN", 2)
+    assert found(admin_client_op, "error:timeout", state="dead") == {"ada"}
