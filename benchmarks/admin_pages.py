@@ -28,7 +28,8 @@ TARGET_MS = 300.0
 TARGETED = {"queues", "overview", "job list", "job list: state=dead", "job list: queue+state",
             "job list: worker", "job list: state=completed", "job list: worker+completed",
             "job list: inserted range", "job list: finished range", "job list: page 20",
-            "job list: search id", "job detail (dead)"}
+            "job list: search id", "job detail (dead)", "job list: dead, args key",
+            "job list: dead, last error"}
 
 
 def main(argv: list[str] | None = None) -> int:
