@@ -3,8 +3,9 @@
 #   .venv       Python 3.13 + Django 6.x (primary)
 #   .venv-52    Python 3.11 + Django 5.2 LTS + the django-tasks backport at its lowest
 #               supported version (the `tasks` extra's >= bound)
-# System packages (Debian): the MariaDB client headers for mysqlclient and
-# Chromium for the browser tests; installed when missing and we are root.
+# System packages (Debian): the MariaDB client headers for mysqlclient, Chromium for
+# the browser tests and PgBouncer (the tests start their own, in transaction mode, in
+# front of the test PostgreSQL); installed when missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which_venvs="${1:-all}"   # all | primary
@@ -13,6 +14,7 @@ need_apt=()
 pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null \
   || need_apt+=(libmariadb-dev pkg-config)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing ${need_apt[*]} (apt-get)"

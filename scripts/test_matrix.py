@@ -4,6 +4,9 @@
     primary   .venv     (Python 3.13, Django 6.x): every test, on SQLite, PostgreSQL, MariaDB
     lts       .venv-52  (Python 3.11, Django 5.2): every test but the whole-process and
                         browser ones (those exercise the OS and Chromium, not Django)
+    primary/pgbouncer   the runtime suite's whole-process tests again, each worker
+                        reaching PostgreSQL through the tests' own PgBouncer in
+                        transaction mode (tests/pgbouncer.py), listening directly
 
 The runs go side by side in lanes: each primary database has its own lane (most of
 their time is spent waiting on worker processes, not computing), and the light lts
@@ -102,6 +105,9 @@ def plan(databases: dict[str, bool], venvs: dict[str, Path]) -> list[list[Run]]:
         # PostgreSQL first: the longest run starts at once.
         order = sorted(reached, key=lambda db: db != "postgres")
         lanes += [[("primary", db, present["primary"])] for db in order]
+        if "postgres" in reached:  # after SQLite's run, the shortest primary one
+            lane = next(lane for lane in lanes if lane[0][1] == "sqlite")
+            lane.append(("primary", "pgbouncer", present["primary"]))
     if "lts" in present:
         lanes.append([("lts", db, present["lts"]) for db in reached])
     return [lane for lane in lanes if lane]
@@ -120,6 +126,12 @@ def run_lane(lane: list[Run], reports: Path, extra: list[str]) -> list[Result]:
             args += ["-m", "not slow and not browser"]
         suffix = os.environ.get("KATHIKON_DB_SUFFIX", "") + f"_{line}"
         env = {**os.environ, "KATHIKON_DB": db, "KATHIKON_DB_SUFFIX": suffix}
+        if db == "pgbouncer":
+            args += ["-m", "slow"]
+            if not any(arg.startswith("tests") for arg in extra):
+                args.append("tests/runtime")
+            env.update(KATHIKON_DB="postgres", KATHIKON_TEST_WORKERS_VIA="pgbouncer",
+                       KATHIKON_DB_SUFFIX=suffix + "_pgbouncer")
         started = time.monotonic()
         if (line, db) == LIVE:
             print(f"test-matrix: {label} (live) ...", flush=True)

@@ -65,6 +65,12 @@ if DB in ("postgres", "postgresql"):
         "CONN_MAX_AGE": None,
         "TEST": {"NAME": "test_kathikon" + SUFFIX},
     }}
+    # Whole-process tests behind PgBouncer (tests/pgbouncer.py): ``default`` goes through
+    # the pooler in transaction mode, ``direct`` reaches PostgreSQL for LISTEN.
+    if os.environ.get("KATHIKON_PG_BOUNCER_PORT"):
+        DATABASES["direct"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+        DATABASES["default"].update(PORT=os.environ["KATHIKON_PG_BOUNCER_PORT"],
+                                    DISABLE_SERVER_SIDE_CURSORS=True)
 elif DB in ("mariadb", "mysql"):
     DATABASES = {"default": {
         "ENGINE": "django.db.backends.mysql",
@@ -87,13 +93,15 @@ else:
         "TEST": {"NAME": str(BASE_DIR / f"test_db{SUFFIX}.sqlite3")},
     }}
 
-KATHIKON = {
+KATHIKON: dict[str, Any] = {
     "QUEUES": {"default": {"concurrency": 10}, "emails": {"concurrency": 5}},
 }
 # Django Tasks (django.tasks on Django 6, the django-tasks backport on 5.2) run on Kathikon.
 TASKS = {"default": {"BACKEND": "kathikon.backends.KathikonBackend",
                      "QUEUES": ["default", "emails"]}}
 # Whole-process tests start workers with their own settings: a JSON object merged in.
+if os.environ.get("KATHIKON_PG_BOUNCER_LISTEN") == "direct" and "direct" in DATABASES:
+    KATHIKON["LISTEN_DATABASE"] = "direct"
 KATHIKON.update(json.loads(os.environ.get("KATHIKON_SETTINGS_JSON", "{}")))
 # Tracing tests (tests/tracing) read a worker process's spans from this file.
 if os.environ.get("KATHIKON_TEST_TRACE_FILE"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -9,6 +11,9 @@ from django.db import connection
 
 import kathikon
 from tests import workers
+from tests.pgbouncer import PgBouncer, binary
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -28,6 +33,26 @@ def vendor() -> str:
 def postgres_only(vendor: str) -> None:
     if vendor != "postgresql":
         pytest.skip("PostgreSQL only (run with KATHIKON_DB=postgres)")
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction mode (2 server connections) in front of the test
+    PostgreSQL, for the whole session (tests/pgbouncer.py)."""
+    from testproject.settings import DB
+
+    if DB not in ("postgres", "postgresql"):
+        pytest.skip("PgBouncer fronts PostgreSQL only (run with KATHIKON_DB=postgres)")
+    if binary() is None:
+        message = "pgbouncer is not installed (scripts/bootstrap.sh installs it)"
+        if CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    bouncer = PgBouncer(pool_size=2).start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 @pytest.fixture

@@ -152,12 +152,37 @@ class WorkerProcess:
         self.acker.start()
         for name, concurrency in limits.items():
             self._add_dispatcher(name, concurrency)
-        if storage.is_postgres():
-            self.listener = Listener(conf.listen_database(), self._notified, self._wake_all)
-            self.listener.start()
+        pooled = self._start_listener() if storage.is_postgres() else None
         self._start_services(limits)
         self._banner(limits)
+        if pooled:
+            self.write(pooled)
         signals.send(signals.worker_started, Node, node=self.node, queues=limits)
+
+    def _start_listener(self) -> str | None:
+        """Listen on ``LISTEN_DATABASE``; what to say when that goes through a pooler.
+
+        PgBouncer in transaction mode hands ``LISTEN`` to whichever server connection
+        is free and its notifications are lost, so a ``DATABASE`` that goes through a
+        pooler is not listened on (polling picks the jobs up). A ``LISTEN_DATABASE`` set
+        explicitly is the user's choice (a session-mode pooler keeps LISTEN): used, with
+        a warning."""
+        alias = conf.listen_database()
+        direct = storage.prepared.reaches_postgres(alias)
+        explicit = conf.get()["LISTEN_DATABASE"] is not None
+        if direct or explicit:
+            self.listener = Listener(alias, self._notified, self._wake_all)
+            self.listener.start()
+        if direct:
+            return None
+        if explicit:
+            return (f"kathikon: warning: LISTEN_DATABASE {alias!r} goes through a connection "
+                    "pooler; LISTEN works there only in session mode (in transaction mode "
+                    "notifications are lost and jobs wait for the poll)")
+        return (f"kathikon: no LISTEN: database {alias!r} goes through a connection pooler "
+                f"(PgBouncer?), which would lose notifications; polling every "
+                f"{self.poll_interval:g}s instead. For instant pickup set "
+                "KATHIKON['LISTEN_DATABASE'] to an alias that reaches PostgreSQL directly")
 
     def _register(self) -> dict[str, int]:
         """Read the queues and register the node, waiting for the database if it is down."""

@@ -28,6 +28,7 @@ import datetime as dt
 import functools
 from typing import Any
 
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -74,9 +75,27 @@ def prepares(connection: BaseDatabaseWrapper) -> bool:
     return bool(direct)
 
 
+def reaches_postgres(alias: str) -> bool:
+    """Whether this thread's connection of ``alias`` (PostgreSQL) talks to PostgreSQL
+    itself, not to a pooler such as PgBouncer: a worker's ``LISTEN`` needs that."""
+    connection = connections[alias]
+    connection.ensure_connection()
+    raw: Any = connection.connection
+    direct = getattr(raw, DIRECT, None)
+    if direct is None:
+        direct = _reaches_postgres(connection, raw)
+        setattr(raw, DIRECT, direct)
+    return bool(direct)
+
+
 def _reaches_postgres(connection: BaseDatabaseWrapper, raw: Any) -> bool:
     """Once per connection, not logged in ``connection.queries``: the check is ours."""
     with connection.wrap_database_errors:
+        if not hasattr(raw, "info"):  # psycopg 2
+            with raw.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                row = cursor.fetchone()
+            return bool(row) and row[0] == raw.get_backend_pid()
         row = raw.execute("SELECT pg_backend_pid()").fetchone()
     return bool(row) and row[0] == raw.info.backend_pid
 

@@ -133,9 +133,10 @@ class WorkerProcess:
 class WorkerProcesses:
     """Starts ``kathikon_worker`` processes against the test database; kills them at teardown."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, route: dict[str, str] | None = None) -> None:
         self.tmp_path = tmp_path
         self.started: list[WorkerProcess] = []
+        self.route = dict(route or {})  # how workers reach the database (PgBouncer's lane)
 
     def environment(self, settings: dict[str, Any] | None = None,
                     env: dict[str, str] | None = None) -> dict[str, str]:
@@ -151,6 +152,7 @@ class WorkerProcesses:
                                                          os.environ.get("PYTHONPATH")])),
         })
         environ.pop("DJANGO_SETTINGS_MODULE", None)  # manage.py sets testproject.settings
+        environ.update(self.route)
         environ.update(env or {})
         return environ
 
@@ -193,8 +195,15 @@ class WorkerProcesses:
 @pytest.fixture
 def worker_processes(transactional_db: Any, tmp_path: Path,
                      request: pytest.FixtureRequest) -> Iterator[WorkerProcesses]:
-    """Start real worker processes against the test database; they are killed at teardown."""
-    processes = WorkerProcesses(tmp_path)
+    """Start real worker processes against the test database; they are killed at teardown.
+
+    With ``KATHIKON_TEST_WORKERS_VIA=pgbouncer`` (PostgreSQL) every worker reaches the
+    database through the session's PgBouncer in transaction mode, listening directly."""
+    route: dict[str, str] = {}
+    if os.environ.get("KATHIKON_TEST_WORKERS_VIA") == "pgbouncer" \
+            and connection.vendor == "postgresql":
+        route = request.getfixturevalue("pgbouncer").worker_env()
+    processes = WorkerProcesses(tmp_path, route)
     try:
         yield processes
     finally:

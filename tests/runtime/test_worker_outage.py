@@ -23,8 +23,12 @@ def test_worker_rides_out_a_database_outage(worker_processes, vendor):
     if vendor == "sqlite":
         pytest.skip("SQLite has no server to lose")
     settings = connection.settings_dict
-    proxy = Proxy((settings["HOST"] or "127.0.0.1", int(settings["PORT"]))).start()
+    upstream = (settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
     port_variable = "KATHIKON_PG_PORT" if vendor == "postgresql" else "KATHIKON_MYSQL_PORT"
+    bouncer = worker_processes.route.get("KATHIKON_PG_BOUNCER_PORT")
+    if bouncer:  # behind PgBouncer: the outage is between the worker and its pooler
+        upstream, port_variable = ("127.0.0.1", int(bouncer)), "KATHIKON_PG_BOUNCER_PORT"
+    proxy = Proxy(upstream).start()
     try:
         count = 200
         kathikon.insert_many([(RECORD, {"sleep": 0.01}) for _ in range(count)])
@@ -43,7 +47,8 @@ def test_worker_rides_out_a_database_outage(worker_processes, vendor):
     finally:
         worker_processes.cleanup()
         proxy.stop()
-    if vendor == "postgresql":  # let the proxied sessions end before the test DB is dropped
+    if vendor == "postgresql" and not bouncer:  # let the proxied sessions end before the
+        # test DB is dropped (PgBouncer keeps its server connections until it stops)
         wait_until(_alone, 10, message="the proxied sessions to end")
 
 
