@@ -17,13 +17,13 @@ import time
 
 import pytest
 from django.db import connection
-from django.db.models import Count
 
 import kathikon
 from kathikon.models import Job, Queue
 from testproject.demo.models import Execution
 
 from .conftest import MANAGE, ROOT, wait_until
+from .test_worker_process import complete_then_stop, executions_per_job, pickup_latencies
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("postgres_only")]
 
@@ -62,13 +62,8 @@ def test_workers_behind_pgbouncer_run_every_job_once(worker_processes, pgbouncer
                message="both workers' banners")
     result = kathikon.insert_many([(RECORD, {"n": i, "sleep": 0.05} if i < 40 else {"n": i})
                                    for i in range(count)])
-    wait_until(lambda: Job.objects.filter(state="completed").count() == count, 90,
-               interval=0.25, message=f"{count} jobs completed")
-    for worker in workers:
-        worker.signal(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(20) == 0, worker.log()
-    runs = dict(Execution.objects.values_list("job_id").annotate(n=Count("id")))
+    complete_then_stop(workers, count, 90)
+    runs = executions_per_job()
     assert len(runs) == count and max(runs.values()) == 1, "a job was lost or ran twice"
     assert set(Job.objects.filter(id__in=result.ids).values_list("attempts", flat=True)) == {1}
     assert len(set(Execution.objects.values_list("node", flat=True))) == 2
@@ -85,15 +80,7 @@ def test_pickup_behind_pgbouncer_with_a_direct_listener(worker_processes, pgboun
                                     env=pgbouncer.worker_env())
     worker.wait_for_log("instant pickup via LISTEN")
     wait_until(lambda: _listeners() == 1, 10, message="the direct LISTEN connection")
-    time.sleep(0.3)  # the dispatchers' first claims are done; they now sleep 5 s
-    ids = []
-    for _ in range(20):
-        ids.append(kathikon.insert(RECORD, {}).id)
-        time.sleep(0.05)
-    wait_until(lambda: Job.objects.filter(id__in=ids, state="completed").count() == 20, 10,
-               message="every job completed")
-    latencies = sorted((job.started_at - job.inserted_at).total_seconds()
-                       for job in Job.objects.filter(id__in=ids))
+    latencies = pickup_latencies(20)
     median = statistics.median(latencies)
     print(f"pickup behind PgBouncer: median {median * 1000:.1f} ms, "
           f"max {latencies[-1] * 1000:.1f} ms")

@@ -30,6 +30,16 @@ def executions_per_job() -> dict[str, int]:
     return dict(Execution.objects.values_list("job_id").annotate(n=Count("id")))
 
 
+def complete_then_stop(workers: list, count: int, timeout: float) -> None:
+    """Wait for ``count`` completed jobs, then SIGTERM each worker: each exits 0."""
+    wait_until(lambda: Job.objects.filter(state="completed").count() == count, timeout,
+               interval=0.25, message=f"{count} jobs completed")
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(20) == 0, worker.log()
+
+
 def test_worker_burst_runs_everything_due_and_exits_0(worker_processes):
     result = kathikon.insert_many([(RECORD, {"n": i}) for i in range(50)])
     flaky = kathikon.insert("testproject.demo.workers.Flaky", {"failures": 2})
@@ -63,12 +73,7 @@ def test_worker_processes_drain_without_double_runs(worker_processes, vendor):
     result = kathikon.insert_many([(RECORD, {"n": i, "sleep": 0.3} if i < 10 * processes
                                     else {"n": i}) for i in range(count)], chunk_size=2000)
     assert result.inserted == count
-    wait_until(lambda: Job.objects.filter(state="completed").count() == count, 60,
-               interval=0.25, message=f"{count} jobs completed")
-    for worker in workers:
-        worker.signal(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(20) == 0, worker.log()
+    complete_then_stop(workers, count, 60)
     runs = executions_per_job()
     assert len(runs) == count
     assert max(runs.values()) == 1, "a job ran twice"
@@ -154,19 +159,25 @@ def _listening() -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def pickup_latencies(count: int) -> list[float]:
+    """Insert ``count`` jobs 50 ms apart into a worker that polls every 5 s; each one's
+    seconds from insert to start, sorted."""
+    time.sleep(0.3)  # the dispatchers' first claims are done; they now sleep 5 s
+    ids = []
+    for _ in range(count):
+        ids.append(kathikon.insert(RECORD, {}).id)
+        time.sleep(0.05)
+    wait_until(lambda: Job.objects.filter(id__in=ids, state="completed").count() == count, 10,
+               message="every job completed")
+    return sorted((job.started_at - job.inserted_at).total_seconds()
+                  for job in Job.objects.filter(id__in=ids))
+
+
 def test_worker_pickup_latency_with_listen(worker_processes, postgres_only):
     worker = worker_processes.start(settings={"POLL_INTERVAL": 5, "SCHEDULER_INTERVAL": 5})
     worker.wait_for_log("kathikon worker")
     wait_until(_listening, 10, message="the LISTEN connection")
-    time.sleep(0.3)  # the dispatchers' first claim is done; they now sleep 5 s
-    ids = []
-    for _ in range(10):
-        ids.append(kathikon.insert(RECORD, {}).id)
-        time.sleep(0.05)
-    wait_until(lambda: Job.objects.filter(id__in=ids, state="completed").count() == 10, 5,
-               message="every job completed")
-    latencies = [(job.started_at - job.inserted_at).total_seconds()
-                 for job in Job.objects.filter(id__in=ids)]
+    latencies = pickup_latencies(10)
     median = statistics.median(latencies)
     print(f"pickup latency median {median * 1000:.1f} ms")
     assert median < 0.5, latencies  # polling alone would take up to 5 s
