@@ -29,7 +29,7 @@ from benchmarks.runner import PHASES
 
 ALL_PHASES = (*PHASES, "admin", "peers", "mariadb-peer")
 DEFAULT_PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "workflow",
-                  "tracing", "admin", "peers", "mariadb-peer")
+                  "tracing", "pgbouncer", "admin", "peers", "mariadb-peer")
 
 
 def admin_available() -> bool:

@@ -172,6 +172,15 @@ def _tracing(r: dict[str, Any]) -> str:
             + (f", worker CPU {cpu:+.0f} us/job" if cpu is not None else "") + ")")
 
 
+def _pgbouncer(r: dict[str, Any]) -> str:
+    """The pgbouncer phase's cell: the drain behind PgBouncer against the direct one."""
+    result = _get(r, "pgbouncer")
+    if not result or result.get("ratio") is None:
+        return "-"
+    return (f"{_rate(result['pgbouncer']['rate'])} vs {_rate(result['direct']['rate'])} "
+            f"({result['ratio']:.0%}, pool {result['pool_size']})")
+
+
 ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("insert, 1 job per transaction (jobs/s)",
      lambda r: f"{_rate(_get(r, 'enqueue', 'rate'))} (N={_count(_get(r, 'enqueue', 'n'))})"),
@@ -224,6 +233,8 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("workflow: 1 → N-2 → 1 steps vs N plain jobs, 2 `kathikon_worker` (jobs/s)", _workflow(2)),
     ("drain with `TRACING` on (OpenTelemetry SDK, spans dropped) vs off, 1 `kathikon_worker` "
      "(jobs/s)", _tracing),
+    ("drain behind PgBouncer (transaction mode, direct LISTEN) vs straight to PostgreSQL, "
+     "1 `kathikon_worker` (jobs/s)", _pgbouncer),
 ]
 
 

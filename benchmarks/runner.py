@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs
+from benchmarks.pgbouncer_drain import phase_pgbouncer
 from benchmarks.procs import Workers, machine_busy_seconds, tree_cpu_seconds, tree_rss_kib
 from benchmarks.tracing_drain import phase_tracing
 from benchmarks.workflow_drain import phase_workflow
 
 PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "flow", "workflow",
-          "tracing")
+          "tracing", "pgbouncer")
 
 # Sizes per (database, mode). PostgreSQL gets the full figures; MariaDB and SQLite a
 # reduced set (smaller N), labelled as such in the report.
@@ -443,6 +444,7 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "enqueue": phase_enqueue, "bulk": phase_bulk, "storage": phase_storage,
     "drain": phase_drain, "latency": phase_latency, "backlog": phase_backlog,
     "flow": phase_flow, "workflow": phase_workflow, "tracing": phase_tracing,
+    "pgbouncer": phase_pgbouncer,
 }
 
 

@@ -58,6 +58,12 @@ if DB in ("postgres", "postgresql"):
         "PORT": os.environ.get("KATHIKON_PG_PORT", "5432"),
         "CONN_MAX_AGE": None,
     }}
+    # The pgbouncer phase (benchmarks/pgbouncer_drain.py): ``default`` through PgBouncer in
+    # transaction mode, ``direct`` to PostgreSQL for LISTEN.
+    if os.environ.get("KATHIKON_PG_BOUNCER_PORT"):
+        DATABASES["direct"] = dict(DATABASES["default"])
+        DATABASES["default"].update(PORT=os.environ["KATHIKON_PG_BOUNCER_PORT"],
+                                    DISABLE_SERVER_SIDE_CURSORS=True)
 elif DB in ("mariadb", "mysql"):
     DATABASES = {"default": {
         "ENGINE": "django.db.backends.mysql",
@@ -78,6 +84,8 @@ else:
     }}
 
 KATHIKON: dict[str, object] = {}
+if os.environ.get("KATHIKON_PG_BOUNCER_LISTEN") == "direct" and "direct" in DATABASES:
+    KATHIKON["LISTEN_DATABASE"] = "direct"
 
 # The tracing phase (benchmarks/tracing_drain.py): a worker with tracing on and the SDK.
 if os.environ.get("BENCH_TRACING"):
