@@ -233,11 +233,14 @@ def test_worker_supervisor_restarts_a_dead_child_and_forwards_sigterm(worker_pro
     assert set(Node.objects.values_list("status", flat=True)) == {"stopped"}
 
 
-def test_worker_second_signal_exits_at_once(worker_processes):
-    job = kathikon.insert(SLOW, {"seconds": 30})
+def test_worker_second_signal_exits_at_once(worker_processes, tmp_path):
+    log = tmp_path / "executions.log"
+    job = kathikon.insert(SlowRecorded, {"log": str(log), "seconds": 30})
     worker = worker_processes.start("--node", "impatient",
                                     settings={**FAST, "SHUTDOWN_GRACE_PERIOD": 60})
-    wait_until(lambda: kathikon.fetch(job.id).state == "running", 15, message="job running")
+    # Started by an executor thread, not only claimed (a claimed job that no thread has
+    # picked up yet is released at the first signal, and the worker exits 0 at once).
+    wait_until(lambda: executions(log), 15, message="the job started")
     worker.signal(signal.SIGTERM)
     worker.wait_for_log("shutting down")
     time.sleep(1.2)  # a second signal this soon after the first counts as a duplicate
