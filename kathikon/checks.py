@@ -25,13 +25,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     ]
     alias = getattr(settings, "KATHIKON", {}) if isinstance(
         getattr(settings, "KATHIKON", {}), dict) else {}
-    for key in ("DATABASE", "LISTEN_DATABASE"):
+    for key in ("DATABASE", "LISTEN_DATABASE", "READ_DATABASE"):
         name = alias.get(key)
         if isinstance(name, str) and name not in settings.DATABASES:
             messages.append(checks.Error(
                 f"KATHIKON[{key!r}] names the database {name!r}, which is not in DATABASES.",
                 hint=f"Known aliases: {', '.join(settings.DATABASES)}.", id="kathikon.E008"))
-    return messages
+    return messages + read_database_problems(alias, settings.DATABASES)
+
+
+def read_database_problems(values: dict[str, Any],
+                           databases: dict[str, Any]) -> list[checks.CheckMessage]:
+    """The replica must speak the primary's SQL: the reports are written per vendor."""
+    primary, replica = values.get("DATABASE", "default"), values.get("READ_DATABASE")
+    if not isinstance(replica, str) or replica == primary:
+        return []
+    engines = [databases.get(name, {}).get("ENGINE", "") if isinstance(name, str)
+               else "" for name in (primary, replica)]
+    if not all(engines) or _vendor(engines[0]) == _vendor(engines[1]):
+        return []
+    return [checks.Error(
+        f"KATHIKON['READ_DATABASE'] ({replica!r}, {engines[1]}) is not the same kind of "
+        f"database as KATHIKON['DATABASE'] ({primary!r}, {engines[0]}).",
+        hint="Point READ_DATABASE at a replica of DATABASE, or leave it None.",
+        id="kathikon.E017")]
+
+
+def _vendor(engine: str) -> str:
+    name = engine.rsplit(".", 1)[-1]
+    return {"postgis": "postgresql", "mysql": "mysql", "spatialite": "sqlite3"}.get(name, name)
 
 
 @checks.register(checks.Tags.compatibility)

@@ -49,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "UNKNOWN_WORKER_GRACE": 600,
     # Beyond SPEC §2 (documented in docs/settings.md):
     "LISTEN_DATABASE": None,  # a direct (non-PgBouncer) alias for LISTEN; None = DATABASE
+    "READ_DATABASE": None,  # a replica for the admin's and reports' reads; None = DATABASE
     "ALLOW_DESTRUCTIVE_ACTIONS": True,  # dashboard/ops retry, cancel, rerun, pause, prune
     "TESTING_MODE": None,  # None (normal), "inline" or "manual": see kathikon.testing
     "PREPARED_STATEMENTS": True,  # on connections straight to PostgreSQL: storage.prepared
@@ -115,9 +116,10 @@ def _problems(raw: Any) -> list[Problem]:
     if not isinstance(values["DATABASE"], str):
         found.append(Problem("kathikon.E008", "KATHIKON['DATABASE'] must be a database alias.",
                              "Name a key of settings.DATABASES."))
-    if values["LISTEN_DATABASE"] is not None and not isinstance(values["LISTEN_DATABASE"], str):
-        found.append(Problem("kathikon.E008", "KATHIKON['LISTEN_DATABASE'] must be a database "
-                             "alias or None.", "Name a key of settings.DATABASES."))
+    for key in ("LISTEN_DATABASE", "READ_DATABASE"):
+        if values[key] is not None and not isinstance(values[key], str):
+            found.append(Problem("kathikon.E008", f"KATHIKON[{key!r}] must be a database "
+                                 "alias or None.", "Name a key of settings.DATABASES."))
     rescue, heartbeat = values["RESCUE_AFTER"], values["HEARTBEAT_INTERVAL"]
     if _duration(rescue) and _duration(heartbeat) and rescue <= heartbeat:
         found.append(Problem(
@@ -313,6 +315,11 @@ def database() -> str:
 
 def listen_database() -> str:
     return str(get()["LISTEN_DATABASE"] or get()["DATABASE"])
+
+
+def read_database() -> str:
+    """Where the admin's pages and the reports read (a replica); writes never go there."""
+    return str(get()["READ_DATABASE"] or get()["DATABASE"])
 
 
 def heartbeat_interval() -> float:

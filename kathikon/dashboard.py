@@ -105,7 +105,7 @@ def list_jobs(*, queue: str | None = None, state: str | None = None, worker: str
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be an int from 1 to {MAX_LIMIT}, not {limit!r}")
-    query = job_storage.jobs().order_by("-id")
+    query = job_storage.jobs().using(vendor.read_alias()).order_by("-id")  # a report
     if state is not None:
         if state not in JobState.values:
             raise InvalidState(f"unknown state {state!r}; states are "
@@ -198,8 +198,9 @@ def all_queues() -> dict[str, list[str]]:
     and ``jobs`` (it holds jobs): a queue a worker runs but that is in none of
     the settings is paused too. A few index-only queries, whatever the job count.
     """
-    sources = (*known_queues.queue_sources(),
-               ("jobs", reports.distinct_values("queue", limit=ALL_QUEUES_CAP)))
+    with vendor.primary_reads():  # an action's list: fresh, never a replica's
+        sources = (*known_queues.queue_sources(),
+                   ("jobs", reports.distinct_values("queue", limit=ALL_QUEUES_CAP)))
     found: dict[str, list[str]] = {}
     for reason, names in sources:
         for name in names:

@@ -93,6 +93,14 @@ else:
         "TEST": {"NAME": str(BASE_DIR / f"test_db{SUFFIX}.sqlite3")},
     }}
 
+# A second database with Kathikon's tables, standing in for a replica that lags behind
+# (tests/ops/test_read_database_op.py); its test database is made only for those tests.
+DATABASES["replica"] = {**DATABASES["default"], "TEST": {
+    **DATABASES["default"]["TEST"],
+    "NAME": (str(BASE_DIR / f"test_replica{SUFFIX}.sqlite3")
+             if DATABASES["default"]["ENGINE"].endswith("sqlite3")
+             else "test_kathikon_replica" + SUFFIX)}}
+
 KATHIKON: dict[str, Any] = {
     "QUEUES": {"default": {"concurrency": 10}, "emails": {"concurrency": 5}},
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.contrib import admin, messages
@@ -21,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from kathikon import dashboard
-from kathikon.storage import reports
+from kathikon.storage import reports, vendor
 
 # The admin counts each queue's jobs per state up to this many; above it the figure is the
 # planner's estimate (PostgreSQL), marked "≈", so the pages cost the same at 10M jobs.
@@ -122,12 +123,33 @@ class DeclaredFiltersChangeList(ChangeList):
         return filters
 
 
+READING_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def read_alias(request: HttpRequest) -> str:
+    """Where a page reads: a page that only shows reads ``READ_DATABASE`` (a replica, when
+    set); a request that changes something (an action, a form) reads and writes the
+    primary, so it decides on fresh rows."""
+    return vendor.read_alias() if request.method in READING_METHODS else vendor.alias()
+
+
+def reads_for(request: HttpRequest) -> AbstractContextManager[None]:
+    """The reports of a request that changes something read the primary too."""
+    return nullcontext() if request.method in READING_METHODS else vendor.primary_reads()
+
+
 class KathikonAdmin(admin.ModelAdmin):
     """What every Kathikon admin page shares: bad input is answered 400, never a 500.
 
     A NUL byte anywhere in a request, a lookup that is not one of the list's filters, a
     filter value or page Django cannot read: each answers 400 Bad Request and changes
-    nothing (Django itself redirects to a "Database error" page for the last)."""
+    nothing (Django itself redirects to a "Database error" page for the last).
+
+    Pages read Kathikon's database (``KATHIKON["DATABASE"]``, or ``READ_DATABASE`` for a
+    page that only shows); see :func:`read_alias`."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).using(read_alias(request))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return DeclaredFiltersChangeList
@@ -147,17 +169,20 @@ class KathikonAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         refuse_unreadable(request)
-        return super().changelist_view(request, extra_context)
+        with reads_for(request):
+            return super().changelist_view(request, extra_context)
 
     def changeform_view(self, request: HttpRequest, object_id: str | None = None,
                         form_url: str = "", extra_context: Any = None) -> HttpResponse:
         refuse_unreadable(request, object_id)
-        return super().changeform_view(request, object_id, form_url, extra_context)
+        with reads_for(request):
+            return super().changeform_view(request, object_id, form_url, extra_context)
 
     def delete_view(self, request: HttpRequest, object_id: str,
                     extra_context: Any = None) -> HttpResponse:
         refuse_unreadable(request, object_id)
-        return super().delete_view(request, object_id, extra_context)
+        with reads_for(request):
+            return super().delete_view(request, object_id, extra_context)
 
     def history_view(self, request: HttpRequest, object_id: str,
                      extra_context: Any = None) -> HttpResponse:

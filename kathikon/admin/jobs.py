@@ -26,6 +26,7 @@ from kathikon.admin.common import (
     KathikonMedia,
     breakable,
     pre,
+    reads_for,
     refuse_unreadable,
     state_badge,
     time_field,
@@ -238,9 +239,11 @@ class JobAdmin(ActionsMixin):
             raise PermissionDenied(f"unknown action {action!r}")
         if action not in actions:
             raise PermissionDenied(f"you may not run the action {action!r}")
-        job = get_object_or_404(self.get_queryset(request), pk=parse_id(object_id))
-        getattr(self, action)(request, self.get_queryset(request).filter(pk=job.pk))
-        if action == "delete_selected" and not Job.objects.filter(pk=job.pk).exists():
+        with reads_for(request):  # POST: the primary, reports included
+            job = get_object_or_404(self.get_queryset(request), pk=parse_id(object_id))
+            getattr(self, action)(request, self.get_queryset(request).filter(pk=job.pk))
+            gone = not self.get_queryset(request).filter(pk=job.pk).exists()
+        if action == "delete_selected" and gone:
             return HttpResponseRedirect(reverse("admin:kathikon_job_changelist"))
         return HttpResponseRedirect(reverse("admin:kathikon_job_change", args=[job.pk]))
 
@@ -348,7 +351,7 @@ class JobAdmin(ActionsMixin):
 
     @admin.display(description="history")
     def history_display(self, job: Job) -> SafeString:
-        history = job_history(job, events.events_for(job.id))
+        history = job_history(job, events.events_for(job.id, database=job._state.db))
         rows = [{"at": item["at"], "event": item["event"],
                  "details": ", ".join(f"{key}: {value}" for key, value in item.items()
                                       if key not in ("at", "event") and value not in (None, ""))}

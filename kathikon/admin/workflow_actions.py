@@ -21,7 +21,7 @@ from django.urls import path
 
 import kathikon
 from kathikon import workflows
-from kathikon.admin.common import ActionsMixin, refuse_unreadable
+from kathikon.admin.common import ActionsMixin, reads_for, refuse_unreadable
 from kathikon.admin.workflow_page import workflow_url
 from kathikon.exceptions import JobNotFound, KathikonError, WorkflowFinished
 from kathikon.ids import parse_id
@@ -63,13 +63,14 @@ class WorkflowActions(ActionsMixin):
             raise PermissionDenied(f"unknown action {action!r}")
         if not can[action]:
             raise PermissionDenied(f"you may not {action} here")
-        row = get_object_or_404(self.get_queryset(request), pk=parse_id(object_id))
-        if action == "cancel":
-            if request.method == "GET":
-                return self.confirm_cancel(request, row)
-            self.cancel(request, row)
-        else:
-            self.step_action(request, row, action)
+        with reads_for(request):  # POST: the primary, reports included
+            row = get_object_or_404(self.get_queryset(request), pk=parse_id(object_id))
+            if action == "cancel":
+                if request.method == "GET":
+                    return self.confirm_cancel(request, row)
+                self.cancel(request, row)
+            else:
+                self.step_action(request, row, action)
         return HttpResponseRedirect(workflow_url(row.id))
 
     def confirm_cancel(self, request: HttpRequest, row: Workflow) -> HttpResponse:

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
@@ -108,7 +108,7 @@ def load(row: Workflow) -> WorkflowPage:
     reading the columns the page shows rather than whole rows (args, results, errors)."""
     steps = _steps(row.id)
     edges = _edges(row.id)
-    subs = list(store.workflows().filter(parent_workflow_id=row.id)
+    subs = list(shown_workflows().filter(parent_workflow_id=row.id)
                 .order_by("inserted_at", "id")[:SUB_LIMIT])
     nodes, pairs = _graph(row, steps, edges, subs)
     graph = layout(nodes, pairs, more_href=steps_url(row.id))
@@ -140,13 +140,13 @@ def workflow_url(pk: uuid.UUID) -> str:
 # -- internals ------------------------------------------------------------------------------
 
 def _steps(workflow_id: uuid.UUID) -> list[Step]:
-    return [Step(*values) for values in Job.objects.using(vendor.alias())
+    return [Step(*values) for values in Job.objects.using(vendor.read_alias())
             .filter(workflow_id=workflow_id).order_by("id").values_list(*STEP_COLUMNS)]
 
 
 def _edges(workflow_id: uuid.UUID) -> list[Edge]:
-    steps = Job.objects.using(vendor.alias()).filter(workflow_id=workflow_id).values("id")
-    return [Edge(*values) for values in WorkflowDep.objects.using(vendor.alias())
+    steps = Job.objects.using(vendor.read_alias()).filter(workflow_id=workflow_id).values("id")
+    return [Edge(*values) for values in WorkflowDep.objects.using(vendor.read_alias())
             .filter(job_id__in=Subquery(steps)).order_by("id")
             .values_list("job_id", "dep_job_id", "dep_workflow_id", "name")]
 
@@ -185,7 +185,7 @@ def _graph(row: Workflow, steps: list[Step], edges: list[Edge],
             if edge.dep_workflow_id not in sub_ids:
                 outside_workflows.add(edge.dep_workflow_id)
     nodes += _outside_steps(outside_jobs)
-    for other in store.workflows().filter(pk__in=sorted(outside_workflows)):
+    for other in shown_workflows().filter(pk__in=sorted(outside_workflows)):
         nodes.append(Node(_wf_key(other.id), other.name, other.status, "workflow",
                           workflow_url(other.id), f"workflow {other.name}: {other.status}"))
     pairs += [(dep.hex, _wf_key(sub)) for sub, dep in _sub_deps(row.id, sub_ids)]
@@ -196,7 +196,7 @@ def _outside_steps(wanted: dict[uuid.UUID, str]) -> list[Node]:
     """Steps of other workflows this one waits for, named as this workflow calls them."""
     if not wanted:
         return []
-    found = (Job.objects.using(vendor.alias()).filter(id__in=list(wanted))
+    found = (Job.objects.using(vendor.read_alias()).filter(id__in=list(wanted))
              .values_list("id", "state", "workflow_id"))
     return [Node(pk.hex, wanted[pk], state, "external", job_url(pk),
                  f"{wanted[pk]} (a step of workflow {workflow_id.hex if workflow_id else '?'})"
@@ -209,10 +209,10 @@ def _sub_deps(workflow_id: uuid.UUID,
     steps wait for (the deps it was added with, given to its first steps)."""
     if not sub_ids:
         return []
-    jobs = Job.objects.using(vendor.alias())
+    jobs = Job.objects.using(vendor.read_alias())
     sub_steps = jobs.filter(workflow_id__in=sorted(sub_ids)).values("id")
     our_steps = jobs.filter(workflow_id=workflow_id).values("id")
-    found = (WorkflowDep.objects.using(vendor.alias())
+    found = (WorkflowDep.objects.using(vendor.read_alias())
              .filter(job_id__in=Subquery(sub_steps), dep_job_id__in=Subquery(our_steps))
              .annotate(sub=Subquery(jobs.filter(id=OuterRef("job_id"))
                                     .values("workflow_id")[:1]))
@@ -224,3 +224,8 @@ def _sub_deps(workflow_id: uuid.UUID,
 
 def _wf_key(pk: uuid.UUID) -> str:
     return f"wf:{pk.hex}"
+
+
+def shown_workflows() -> QuerySet[Workflow]:
+    """Workflow rows for a page: ``READ_DATABASE`` when set (storage.vendor.read_alias)."""
+    return store.workflows().using(vendor.read_alias())

@@ -29,6 +29,7 @@ from kathikon.admin.workflow_page import (
     STATUS_COLOURS,
     WorkflowPage,
     load,
+    shown_workflows,
     steps_url,
     workflow_url,
 )
@@ -36,7 +37,6 @@ from kathikon.ids import parse_id
 from kathikon.models import Workflow
 from kathikon.states import JobState
 from kathikon.storage import reports
-from kathikon.storage import workflows as store
 
 
 class CountedPaginator(EstimatedCountPaginator):
@@ -63,8 +63,8 @@ class WorkflowChangeList(DeclaredFiltersChangeList):
 
 def running_subs(ids: list[Any]) -> dict[Any, int]:
     found: dict[Any, int] = {}
-    for parent in (store.workflows().filter(parent_workflow_id__in=ids,
-                                            status=Workflow.Status.RUNNING)
+    for parent in (shown_workflows().filter(parent_workflow_id__in=ids,
+                                             status=Workflow.Status.RUNNING)
                    .values_list("parent_workflow_id", flat=True)):
         found[parent] = found.get(parent, 0) + 1
     return found

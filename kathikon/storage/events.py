@@ -24,5 +24,8 @@ def record_events(job_ids: Iterable[uuid.UUID], kind: str, *, actor: str = "",
         [JobEvent(job_id=job_id, kind=kind, actor=actor, at=at, data=data) for job_id in job_ids])
 
 
-def events_for(job_id: uuid.UUID) -> list[JobEvent]:
-    return list(JobEvent.objects.using(vendor.alias()).filter(job_id=job_id).order_by("at", "id"))
+def events_for(job_id: uuid.UUID, *, database: str | None = None) -> list[JobEvent]:
+    """The job's history, oldest first; ``database``: another alias than Kathikon's (the
+    admin's page reads ``READ_DATABASE``)."""
+    return list(JobEvent.objects.using(database or vendor.alias()).filter(job_id=job_id)
+                .order_by("at", "id"))

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from contextlib import nullcontext
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, Q, Value
 from django.db.models.functions import TruncMinute
 
@@ -35,7 +36,8 @@ FINISHED_STATES = (JobState.COMPLETED, JobState.DEAD)
 
 
 def _jobs() -> Any:
-    return Job.objects.using(vendor.alias()).order_by()
+    """Jobs to read: on ``READ_DATABASE`` when one is set (the reports tolerate its lag)."""
+    return Job.objects.using(vendor.read_alias()).order_by()
 
 
 def queue_state_counts(cap: int | None = None) -> list[dict[str, Any]]:
@@ -70,8 +72,8 @@ def _postgres_counts(cap: int | None) -> list[dict[str, Any]]:
         params += [state] if cap is None else [state, cap + 1]
     # The planner guesses ~200 queues from the recursive CTEs, so the capped counts' cost
     # passes jit_above_cost: compiling them took 160 ms of a 180 ms run at 10M jobs.
-    with (vendor.atomic() if cap is not None else nullcontext()), \
-            vendor.connection().cursor() as cursor:
+    with (transaction.atomic(using=vendor.read_alias()) if cap is not None else nullcontext()), \
+            vendor.read_connection().cursor() as cursor:
         if cap is not None:
             cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params)
@@ -113,7 +115,7 @@ def queue_activity(now: dt.datetime) -> list[dict[str, Any]]:
     "last_hour", "last_minute"}``; ``state`` is None on "oldest" rows.
     """
     hour_ago, minute_ago = now - dt.timedelta(hours=1), now - dt.timedelta(minutes=1)
-    q = vendor.connection().ops.quote_name
+    q = vendor.read_connection().ops.quote_name
     queue, state, available, completed = (q("queue"), q("state"), q("available_at"),
                                           q("completed_at"))
     oldest = f"""
@@ -130,7 +132,7 @@ def queue_activity(now: dt.datetime) -> list[dict[str, Any]]:
         WHERE {completed} >= %s AND {state} IN (%s, %s) GROUP BY {queue}, {state}
     """
     params += [minute_ago, hour_ago, *FINISHED_STATES]
-    with vendor.connection().cursor() as cursor:
+    with vendor.read_connection().cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [{"queue": name, "state": kind, "oldest_available_at": _parse_time(oldest),
@@ -220,7 +222,7 @@ def failure_rows(since: dt.datetime, limit: int = 100,
     jobs of the window are grouped (each walks the ``(state, id)`` index newest
     first), so the cost stays flat however many jobs failed.
     """
-    connection = vendor.connection()
+    connection = vendor.read_connection()
     quote = connection.ops.quote_name
     template = _LAST_ERROR.get(connection.vendor, _LAST_ERROR["sqlite"])
     errors = quote("errors")
@@ -306,7 +308,7 @@ def distinct_values(column: str, limit: int = 200) -> list[str]:
         sql = f"WITH RECURSIVE {cte} SELECT queue FROM queues"
     else:
         sql, params = _workers_sql(20 * limit)
-    with vendor.connection().cursor() as cursor:
+    with vendor.read_connection().cursor() as cursor:
         cursor.execute(f"SELECT * FROM ({sql}) AS v ORDER BY 1 LIMIT %s", [*params, limit])
         return [row[0] for row in cursor.fetchall()]
 
@@ -416,7 +418,7 @@ def estimated_job_count() -> int | None:
     """The planner's estimate of the number of jobs (PostgreSQL), or ``None``."""
     if not vendor.is_postgres():
         return None
-    with vendor.connection().cursor() as cursor:
+    with vendor.read_connection().cursor() as cursor:
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
                        [Job._meta.db_table])
         row = cursor.fetchone()
@@ -435,9 +437,10 @@ def delete_jobs(ids: Iterable[uuid.UUID]) -> tuple[list[uuid.UUID], list[uuid.UU
     worker is about to write their outcome.
     """
     wanted = list(ids)
+    jobs = Job.objects.using(vendor.alias())  # a write: the primary, never READ_DATABASE
     with vendor.atomic():
         rows = {pk: (state, workflow_id) for pk, state, workflow_id
-                in _jobs().select_for_update().filter(id__in=wanted)
+                in jobs.select_for_update().filter(id__in=wanted)
                 .values_list("id", "state", "workflow_id")}
         # An unfinished workflow step is refused too: what waits on it would wait for ever
         # (cancel it instead; a finished one has settled already).
@@ -446,7 +449,7 @@ def delete_jobs(ids: Iterable[uuid.UUID]) -> tuple[list[uuid.UUID], list[uuid.UU
                    or (workflow_id is not None and state not in TERMINAL_STATES)]
         deletable = [pk for pk in rows if pk not in set(refused)]
         JobEvent.objects.using(vendor.alias()).filter(job_id__in=deletable).delete()
-        _jobs().filter(id__in=deletable).exclude(state__in=EXECUTING_STATES).delete()
+        jobs.filter(id__in=deletable).exclude(state__in=EXECUTING_STATES).delete()
     return deletable, refused
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.db import connections, transaction
@@ -24,6 +26,30 @@ def alias() -> str:
 
 def connection() -> BaseDatabaseWrapper:
     return connections[alias()]
+
+
+#: True inside :func:`primary_reads`: this thread's (or task's) reports read the primary.
+_primary_reads: ContextVar[bool] = ContextVar("kathikon_primary_reads", default=False)
+
+
+def read_alias() -> str:
+    """Where reports read: ``READ_DATABASE`` (a replica) or the primary. Never written.
+    Inside :func:`primary_reads` always the primary."""
+    return alias() if _primary_reads.get() else conf.read_database()
+
+
+@contextmanager
+def primary_reads() -> Iterator[None]:
+    """Reports read the primary here: an action decides on fresh rows, not a replica's."""
+    token = _primary_reads.set(True)
+    try:
+        yield
+    finally:
+        _primary_reads.reset(token)
+
+
+def read_connection() -> BaseDatabaseWrapper:
+    return connections[read_alias()]
 
 
 def vendor() -> str:
