@@ -7,12 +7,13 @@ exceptions of ``kathikon.exceptions``.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import socket
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
-from kathikon import conf, signals, storage
+from kathikon import conf, routing, signals, storage
 from kathikon.exceptions import InvalidJob, InvalidQueue, KathikonError
 from kathikon.ids import id_stream
 from kathikon.jobspec import (
@@ -31,6 +32,27 @@ from kathikon.models import Job, Queue
 from kathikon.states import JobState
 from kathikon.workflows.announce import announce
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _on_job(func: F) -> F:
+    """Run ``func(job_id, …)`` on the database that holds the job (several: docs/scaling.md)."""
+    @functools.wraps(func)
+    def on_its_database(job_id: object, *args: Any, **kwargs: Any) -> Any:
+        with routing.for_job(job_id):
+            return func(job_id, *args, **kwargs)
+    return cast(F, on_its_database)
+
+
+def _on_queue(func: F) -> F:
+    """Run ``func(name, …)`` on the queue's database."""
+    @functools.wraps(func)
+    def on_its_database(name: str, *args: Any, **kwargs: Any) -> Any:
+        storage.queues.validate_name(name)
+        with routing.for_queue(name):
+            return func(name, *args, **kwargs)
+    return cast(F, on_its_database)
+
 
 def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None = None,
            priority: int | None = None, max_attempts: int | None = None,
@@ -45,8 +67,9 @@ def insert(worker: Any, args: dict[str, Any] | None = None, *, queue: str | None
     options = {"queue": queue, "priority": priority, "max_attempts": max_attempts,
                "schedule_in": schedule_in, "schedule_at": schedule_at, **extra}
     row = build_row(worker, args, options)
-    job = storage.insert_job(row)
-    known.notice(row.queue)  # a queue nothing serves: warned once (no query for the settings')
+    with routing.for_queue(row.queue):  # its queue's database (KATHIKON["DATABASE"] mostly)
+        job = storage.insert_job(row)
+        known.notice(row.queue)  # a queue nothing serves: warned once (no query for settings')
     if job.conflict:
         return job
     _, cls = worker_class(row.worker)
@@ -82,9 +105,11 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 5000) -> In
             positions.append(index)
         except InvalidJob as exc:
             errors.append((index, str(exc)))
-    ids = storage.insert_jobs(rows, chunk_size=chunk_size)
-    for queue in {row.queue for row in rows}:
-        known.notice(queue)
+    queues = {row.queue for row in rows}
+    with routing.for_queues(queues, "insert_many"):
+        ids = storage.insert_jobs(rows, chunk_size=chunk_size)
+        for queue in queues:
+            known.notice(queue)
     conflicts = [index for index, row, pk in zip(positions, rows, ids, strict=True)
                  if pk != row.id]
     if conflicts:
@@ -103,6 +128,7 @@ def insert_many(specs: Iterable[Sequence[Any]], *, chunk_size: int = 5000) -> In
                         conflicts=conflicts)
 
 
+@_on_job
 def fetch(job_id: object) -> Job:
     """The job with that id (hex string or UUID); ``JobNotFound`` otherwise."""
     return storage.fetch_job(job_id)
@@ -113,6 +139,7 @@ def all() -> list[Job]:
     return storage.all_jobs()
 
 
+@_on_job
 def cancel(job_id: object) -> Job:
     """Cancel a pending job; ``JobExecuting`` while it runs, ``InvalidState`` once terminal."""
     job = storage.cancel_job(job_id)
@@ -125,6 +152,7 @@ def cancel(job_id: object) -> Job:
     return job
 
 
+@_on_job
 def retry(job_id: object) -> Job:
     """Put the same job back to available now (from scheduled, retryable, dead, cancelled,
     completed). A workflow step continues its workflow: what its failure cancelled waits
@@ -134,6 +162,7 @@ def retry(job_id: object) -> Job:
     return job
 
 
+@_on_job
 def rerun(job_id: object) -> Job:
     """A new job copied from a completed, dead or cancelled one."""
     job = storage.rerun_job(job_id)
@@ -146,6 +175,7 @@ def dead_jobs(queue: str | None = None) -> list[Job]:
     return storage.dead_jobs(queue)
 
 
+@_on_job
 def status(job_id: object) -> dict[str, Any]:
     """A job's state and counters as a plain dict."""
     job = storage.fetch_job(job_id)
@@ -161,6 +191,7 @@ def status(job_id: object) -> dict[str, Any]:
     }
 
 
+@_on_job
 def history(job_id: object) -> list[dict[str, Any]]:
     """A job's events, oldest first: derived from its row, plus stored exceptional events."""
     from kathikon.timeline import job_history
@@ -169,6 +200,7 @@ def history(job_id: object) -> list[dict[str, Any]]:
     return job_history(job, storage.events_for(job.id))
 
 
+@_on_job
 def claim(job_id: object, *, node: str | None = None) -> Job:
     """Claim one job for an external runner (state ``claimed``); see ``claim_available``."""
     with storage.schema.explain_missing_schema():
@@ -178,11 +210,12 @@ def claim(job_id: object, *, node: str | None = None) -> Job:
 def claim_available(queue: str = "default", *, node: str | None = None) -> Job | None:
     """Claim the best due job of ``queue`` (state ``claimed``), or ``None``."""
     storage.queues.validate_name(queue)
-    with storage.schema.explain_missing_schema():
+    with routing.for_queue(queue), storage.schema.explain_missing_schema():
         jobs = storage.claim_jobs(queue, 1, node or default_node(), into=JobState.CLAIMED)
     return jobs[0] if jobs else None
 
 
+@_on_queue
 def start_queue(name: str) -> Queue:
     """Make sure the queue exists and is not paused; running workers pick it up."""
     storage.ensure_queue(name)
@@ -191,18 +224,21 @@ def start_queue(name: str) -> Queue:
     return storage.queue_rows()[name]
 
 
+@_on_queue
 def pause_queue(name: str) -> None:
     """Stop claiming from ``name`` on every node; running jobs finish."""
     if storage.set_paused(name, True):
         signals.send(signals.queue_paused, Queue, queue=name)
 
 
+@_on_queue
 def resume_queue(name: str) -> None:
     """Claim from ``name`` again (at once on PostgreSQL)."""
     if storage.set_paused(name, False):
         signals.send(signals.queue_resumed, Queue, queue=name)
 
 
+@_on_queue
 def set_queue_limits(name: str, *, reset: bool = False, **limits: Any) -> dict[str, Any]:
     """Change ``name``'s global_limit, partition or rate_limit at run time, on every node.
 

@@ -47,6 +47,7 @@ from kathikon.ids import parse_id
 from kathikon.jobspec import InsertResult, JobRow, build_row, unpack_spec, worker_class
 from kathikon.models import Batch as BatchRow
 from kathikon.models import Job
+from kathikon.routing import require_home
 from kathikon.states import TERMINAL_STATES, JobState
 from kathikon.storage import batches as store
 from kathikon.storage import insert_jobs, vendor
@@ -205,6 +206,7 @@ def _callback(on_complete: Sequence[Any] | None) -> dict[str, Any]:
         raise InvalidJob(f"on_complete option {sorted(unknown)[0]!r} is not supported "
                          f"(use {', '.join(sorted(CALLBACK_OPTIONS))})", key="on_complete")
     row = build_row(worker, args, options)  # validates now, not when the batch completes
+    require_home([row.queue], "a batch's callback")
     return {"worker": row.worker, "args": row.args, "options": options}
 
 
@@ -219,6 +221,7 @@ def _insert_children(batch: BatchRow, specs: list[Sequence[Any]]) -> list[JobRow
                                  key="batch_id")
             rows.append(build_row(worker, args, {**options, "batch_id": batch.id,
                                                  "parent_job_id": batch.parent_job_id}, now))
+            require_home([rows[-1].queue], "a batch")
         except InvalidJob as exc:
             raise InvalidJob(f"child spec {index}: {exc}", key=exc.key) from None
     insert_jobs(rows)

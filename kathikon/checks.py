@@ -31,6 +31,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             messages.append(checks.Error(
                 f"KATHIKON[{key!r}] names the database {name!r}, which is not in DATABASES.",
                 hint=f"Known aliases: {', '.join(settings.DATABASES)}.", id="kathikon.E008"))
+    queues = alias.get("QUEUES")
+    for queue, options in (queues.items() if isinstance(queues, dict) else ()):
+        name = options.get("database") if isinstance(options, dict) else None
+        if isinstance(name, str) and name not in settings.DATABASES:
+            messages.append(checks.Error(
+                f"KATHIKON['QUEUES'][{queue!r}]['database'] names the database {name!r}, "
+                "which is not in DATABASES.",
+                hint=f"Known aliases: {', '.join(settings.DATABASES)}.", id="kathikon.E008"))
     return messages + read_database_problems(alias, settings.DATABASES)
 
 

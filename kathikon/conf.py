@@ -174,12 +174,17 @@ def _queue_problems(queues: Any) -> list[Problem]:
             found.append(Problem("kathikon.E003", f"Bad queue name {shown(name)}.",
                                  "Use letters, digits, '_', '-' and '.', at most 63."))
             continue
-        if not isinstance(options, dict) or set(options) - {"concurrency", *LIMIT_KEYS}:
+        if not isinstance(options, dict) or set(options) - {"concurrency", "database",
+                                                              *LIMIT_KEYS}:
             found.append(Problem("kathikon.E003", f"KATHIKON['QUEUES'][{name!r}] must be a dict "
-                                 "with the keys 'concurrency', 'global_limit', 'partition' and "
-                                 "'rate_limit' only.",
+                                 "with the keys 'concurrency', 'database', 'global_limit', "
+                                 "'partition' and 'rate_limit' only.",
                                  'Example: {"concurrency": 5}. See docs/flow-control.md.'))
             continue
+        if not isinstance(options.get("database", ""), str):
+            found.append(Problem("kathikon.E003", f"Queue {name!r}: database must be an alias "
+                                 f"of settings.DATABASES, not {shown(options['database'])}.",
+                                 "Leave it out for KATHIKON['DATABASE']. See docs/scaling.md."))
         try:
             parse_limits(options)
         except InvalidQueue as exc:
@@ -269,6 +274,23 @@ def served_queue_names() -> list[str]:
     ``KATHIKON["QUEUES"]``, then the queues ``TASKS`` declares for Kathikon's backend."""
     names = queue_names()
     return [*names, *(name for name in tasks_queue_names() if name not in names)]
+
+
+def queue_database(name: str) -> str:
+    """The alias that holds ``name``'s jobs: its ``database`` option, else ``DATABASE``."""
+    options = get()["QUEUES"].get(name)
+    chosen = options.get("database") if isinstance(options, dict) else None
+    return str(chosen or get()["DATABASE"])
+
+
+def databases() -> list[str]:
+    """Every alias that holds jobs: ``DATABASE`` first, then the queues' own, in order."""
+    found = [str(get()["DATABASE"])]
+    for name in get()["QUEUES"]:
+        alias = queue_database(name)
+        if alias not in found:
+            found.append(alias)
+    return found
 
 
 def queue_config(name: str) -> dict[str, Any]:

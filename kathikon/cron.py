@@ -43,6 +43,7 @@ from kathikon import conf, crontab
 from kathikon.exceptions import InvalidJob, InvalidSchedule, shown
 from kathikon.jobspec import build_row, worker_class
 from kathikon.models import CronSchedule
+from kathikon.routing import require_home
 from kathikon.storage import cron as store
 from kathikon.storage import vendor
 
@@ -260,6 +261,7 @@ def _fields(values: dict[str, Any]) -> dict[str, Any]:
     row = build_row(path, values.get("args"), {"queue": queue, "priority": priority,
                                                 "max_attempts": 1 if max_attempts is None
                                                 else max_attempts})
+    require_home([row.queue], "a cron schedule")
     return {
         "worker": path, "args": row.args, "expression": expression, "timezone": timezone,
         "queue": queue or "", "priority": priority, "max_attempts": max_attempts, "name": name,

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import kathikon
-from kathikon import conf, known_queues, report
+from kathikon import conf, known_queues, report, routing
 from kathikon.exceptions import ActionNotAllowed, InvalidState, KathikonError
 from kathikon.ids import parse_id
 from kathikon.models import Job
@@ -95,7 +96,8 @@ def queue_summary() -> list[report.QueueSummary]:
 
 
 def list_jobs(*, queue: str | None = None, state: str | None = None, worker: str | None = None,
-              limit: int = 50, cursor: str | None = None) -> JobPage:
+              limit: int = 50, cursor: str | None = None,
+              database: str | None = None) -> JobPage:
     """Jobs newest first, filtered; keyset-paginated on the (time-ordered) id.
 
     ``cursor`` is the ``next_cursor`` of the previous page: the next page holds
@@ -105,7 +107,13 @@ def list_jobs(*, queue: str | None = None, state: str | None = None, worker: str
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be an int from 1 to {MAX_LIMIT}, not {limit!r}")
-    query = job_storage.jobs().using(vendor.read_alias()).order_by("-id")  # a report
+    if database is not None and database not in conf.databases():
+        raise ValueError(f"no queue lives in the database {database!r}; databases: "
+                         f"{', '.join(conf.databases())}")
+    database = database or (conf.queue_database(queue) if queue else None)
+    with vendor.using(database) if database else nullcontext():
+        where = vendor.read_alias()  # a report: READ_DATABASE for DATABASE's jobs
+    query = job_storage.jobs().using(where).order_by("-id")
     if state is not None:
         if state not in JobState.values:
             raise InvalidState(f"unknown state {state!r}; states are "
@@ -250,12 +258,15 @@ def retry_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None,
     _require(allow_destructive, "retrying jobs")
     wanted, failed = _parse_ids(ids)
     changed: list[str] = []
-    for start in range(0, len(wanted), RETRY_CHUNK):
-        retried, refused, settled = retry_chunk(wanted[start:start + RETRY_CHUNK], actor=actor)
-        changed += [pk.hex for pk in retried]
-        failed += [(pk.hex, why) for pk, why in refused]
-        for job in settled:  # workflow steps: what their retry made wait again
-            announce(job.settled)
+    for database, pks in routing.by_database(wanted):
+        for start in range(0, len(pks), RETRY_CHUNK):
+            with vendor.using(database):
+                retried, refused, settled = retry_chunk(pks[start:start + RETRY_CHUNK],
+                                                        actor=actor)
+            changed += [pk.hex for pk in retried]
+            failed += [(pk.hex, why) for pk, why in refused]
+            for job in settled:  # workflow steps: what their retry made wait again
+                announce(job.settled)
     return ActionResult(changed=changed, failed=failed)
 
 
@@ -286,7 +297,12 @@ def delete_jobs(ids: Iterable[object], *, allow_destructive: bool | None = None)
     """Delete jobs and their history; claimed or running jobs are refused."""
     _require(allow_destructive, "deleting jobs")
     wanted, failed = _parse_ids(ids)
-    deleted, refused = reports.delete_jobs(wanted)
+    deleted, refused = [], []
+    for database, pks in routing.by_database(wanted):
+        with vendor.using(database):
+            done, kept = reports.delete_jobs(pks)
+        deleted += done
+        refused += kept
     found = set(deleted) | set(refused)
     failed += [(pk.hex, "claimed or running, or an unfinished workflow step (cancel it); it "
                 "cannot be deleted now") for pk in refused]

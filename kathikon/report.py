@@ -58,6 +58,7 @@ class QueueSummary:
     limits: dict[str, Any] = field(default_factory=dict)
     partitions: dict[str, int] = field(default_factory=dict)
     rate_left: int | None = None
+    database: str = "default"  #: the alias that holds the queue's jobs (docs/scaling.md)
 
     def count_text(self, state: str) -> str:
         """A state's count for display: ``≈`` marks an estimate (see ``count_cap``)."""
@@ -133,9 +134,19 @@ def queue_summary(now: dt.datetime | None = None, *,
     one GROUP BY of its executing jobs per partition key.
     """
     now = now or vendor.now()
+    summaries: list[QueueSummary] = []
+    for database in conf.databases():  # each database holds its own queues' jobs and rows
+        with vendor.using(database):
+            summaries += _summaries_here(database, now, count_cap)
+    return sorted(summaries, key=lambda summary: summary.name)
+
+
+def _summaries_here(database: str, now: dt.datetime,
+                    count_cap: int | None) -> list[QueueSummary]:
     rows = queue_storage.queue_rows()
     served = served_queues()
-    configured = conf.queues()
+    configured = {name: options for name, options in conf.queues().items()
+                  if conf.queue_database(name) == database}
     counts: dict[str, dict[str, int]] = {}
     estimated: dict[str, list[str]] = {}
     for row in reports.queue_state_counts(count_cap):
@@ -175,6 +186,7 @@ def queue_summary(now: dt.datetime | None = None, *,
             partitions=limited.partition_use(name, flow),
             rate_left=(flow.rate_allowed - rate_used) if flow.rate_allowed and not flow.rate_by
             else None,
+            database=database,
         ))
     return summaries
 

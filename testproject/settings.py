@@ -95,11 +95,24 @@ else:
 
 # A second database with Kathikon's tables, standing in for a replica that lags behind
 # (tests/ops/test_read_database_op.py); its test database is made only for those tests.
-DATABASES["replica"] = {**DATABASES["default"], "TEST": {
+_STRAIGHT = DATABASES.get("direct", DATABASES["default"])  # never through the test PgBouncer
+DATABASES["replica"] = {**_STRAIGHT, "TEST": {
     **DATABASES["default"]["TEST"],
     "NAME": (str(BASE_DIR / f"test_replica{SUFFIX}.sqlite3")
              if DATABASES["default"]["ENGINE"].endswith("sqlite3")
              else "test_kathikon_replica" + SUFFIX)}}
+
+# Another database of its own, for queues that live there (tests/runtime/test_databases.py,
+# tests/test_routing.py); worker processes get its name (and a proxy's port) from the env.
+DATABASES["second"] = {**_STRAIGHT, "TEST": {
+    **DATABASES["default"]["TEST"],
+    "NAME": (str(BASE_DIR / f"test_second{SUFFIX}.sqlite3")
+             if DATABASES["default"]["ENGINE"].endswith("sqlite3")
+             else "test_kathikon_second" + SUFFIX)}}
+if os.environ.get("KATHIKON_SECOND_DB_NAME"):
+    DATABASES["second"]["NAME"] = os.environ["KATHIKON_SECOND_DB_NAME"]
+if os.environ.get("KATHIKON_SECOND_DB_PORT"):
+    DATABASES["second"]["PORT"] = os.environ["KATHIKON_SECOND_DB_PORT"]
 
 KATHIKON: dict[str, Any] = {
     "QUEUES": {"default": {"concurrency": 10}, "emails": {"concurrency": 5}},

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.contrib import admin, messages
@@ -21,7 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from kathikon import dashboard
+from kathikon import conf, dashboard
 from kathikon.storage import reports, vendor
 
 # The admin counts each queue's jobs per state up to this many; above it the figure is the
@@ -126,16 +127,33 @@ class DeclaredFiltersChangeList(ChangeList):
 READING_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+def page_database(request: HttpRequest) -> str | None:
+    """The database a job list shows (``?database=``, when queues live in several);
+    400 for an alias that holds no queue."""
+    value = request.GET.get("database")
+    if value is None:
+        return None
+    if value not in conf.databases():
+        raise BadRequest(f"no queue lives in the database {value!r:.80}")
+    return value
+
+
 def read_alias(request: HttpRequest) -> str:
     """Where a page reads: a page that only shows reads ``READ_DATABASE`` (a replica, when
     set); a request that changes something (an action, a form) reads and writes the
-    primary, so it decides on fresh rows."""
-    return vendor.read_alias() if request.method in READING_METHODS else vendor.alias()
+    primary, so it decides on fresh rows. A job list of another database reads that one."""
+    with reads_for(request):
+        return vendor.read_alias()
 
 
-def reads_for(request: HttpRequest) -> AbstractContextManager[None]:
-    """The reports of a request that changes something read the primary too."""
-    return nullcontext() if request.method in READING_METHODS else vendor.primary_reads()
+@contextmanager
+def reads_for(request: HttpRequest) -> Iterator[None]:
+    """Storage works on the page's database inside; and a request that changes something
+    reads the primary, reports included."""
+    database = page_database(request)
+    with (vendor.using(database) if database else nullcontext()), \
+            (nullcontext() if request.method in READING_METHODS else vendor.primary_reads()):
+        yield
 
 
 class KathikonAdmin(admin.ModelAdmin):

@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import kathikon
-from kathikon import dashboard
+from kathikon import conf, dashboard, routing
 from kathikon.admin import bulk
 from kathikon.admin.common import (
     ActionsMixin,
@@ -33,6 +33,7 @@ from kathikon.admin.common import (
     when,
 )
 from kathikon.admin.filters import (
+    DatabaseFilter,
     QueueFilter,
     StateFilter,
     WorkerFilter,
@@ -67,7 +68,7 @@ class JobAdmin(ActionsMixin):
     list_display = ("job_id", "worker_name", "queue_name", "state_display", "priority",
                     "attempts_display", "inserted", "due", "finished")
     list_display_links = ("job_id",)
-    list_filter = (StateFilter, QueueFilter, WorkerFilter,
+    list_filter = (DatabaseFilter, StateFilter, QueueFilter, WorkerFilter,
                    WorkflowFilter)  # + the date filters, see below
     search_fields = ("id", "worker", "args")
     search_help_text = ("A job id (hex); part of a worker path or of the arguments; "
@@ -148,6 +149,14 @@ class JobAdmin(ActionsMixin):
 
     def has_rerun_permission(self, request: HttpRequest) -> bool:
         return self.may(request, "rerun_job")
+
+    def get_object(self, request: HttpRequest, object_id: str,
+                   from_field: str | None = None) -> Job | None:
+        found = super().get_object(request, object_id, from_field)
+        if found is None and len(conf.databases()) > 1:  # a queue on another database
+            with routing.for_job(object_id):
+                found = super().get_object(request, object_id, from_field)
+        return found
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
         return [*self.list_filter, *date_filters()]
@@ -239,7 +248,7 @@ class JobAdmin(ActionsMixin):
             raise PermissionDenied(f"unknown action {action!r}")
         if action not in actions:
             raise PermissionDenied(f"you may not run the action {action!r}")
-        with reads_for(request):  # POST: the primary, reports included
+        with routing.for_job(object_id), reads_for(request):  # POST: the primary
             job = get_object_or_404(self.get_queryset(request), pk=parse_id(object_id))
             getattr(self, action)(request, self.get_queryset(request).filter(pk=job.pk))
             gone = not self.get_queryset(request).filter(pk=job.pk).exists()

@@ -121,8 +121,10 @@ class QueueAdmin(ActionsMixin):
             show.short_description = label  # type: ignore[attr-defined]
             return show
 
+        several = len(conf.databases()) > 1  # queues on several databases: say which
         return [
             "queue_name",
+            *([column("database", lambda s: s.database)] if several else []),
             column("status", lambda s: badge("paused", "#cf222e") if s.paused
                    else badge("running", "#2da44e") if s.served
                    else badge("not served", "#d4761c", "not served by any live worker")),

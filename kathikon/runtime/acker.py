@@ -35,6 +35,7 @@ from django.db import connections
 
 from kathikon.backoff import failure_delay
 from kathikon.executor import Execution, announce, record, result_refused, unstorable
+from kathikon.runtime.threads import start_thread
 from kathikon.storage import Ack, Acked, ack_jobs, is_transient, vendor
 
 logger = logging.getLogger("kathikon.runtime")
@@ -126,8 +127,7 @@ class Acker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> Acker:
-        self._thread = threading.Thread(target=self._loop, name="kathikon-acker", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._loop, name="kathikon-acker")
         return self
 
     def stop(self, timeout: float | None = None) -> bool:

@@ -51,6 +51,7 @@ from kathikon.limits import Limits
 from kathikon.models import Job, Queue
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.pool import ExecutorPool
+from kathikon.runtime.threads import start_thread
 from kathikon.states import JobState
 from kathikon.storage import Ack, claim_jobs, vendor
 from kathikon.storage.limited import claim_limited_jobs
@@ -110,9 +111,7 @@ class Dispatcher:
     # -- control (any thread) ----------------------------------------------------------------
 
     def start(self) -> Dispatcher:
-        self._thread = threading.Thread(target=self._loop, name=f"kathikon-{self.queue}",
-                                        daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._loop, name=f"kathikon-{self.queue}")
         return self
 
     def wake(self) -> None:

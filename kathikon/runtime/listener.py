@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connections
 
 from kathikon.backoff import failure_delay
+from kathikon.runtime.threads import start_thread
 from kathikon.storage import notify
 
 logger = logging.getLogger("kathikon.runtime")
@@ -42,8 +43,7 @@ class Listener:
         self._thread: threading.Thread | None = None
 
     def start(self) -> Listener:
-        self._thread = threading.Thread(target=self._loop, name="kathikon-listener", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._loop, name="kathikon-listener")
         return self
 
     def stop(self) -> None:

@@ -25,6 +25,7 @@ from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
 from django.db import connections
 
 from kathikon.exceptions import EventLoopDied
+from kathikon.runtime.threads import new_thread
 
 logger = logging.getLogger("kathikon.runtime")
 
@@ -38,7 +39,7 @@ class ProcessLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.pid = os.getpid()
-        self.thread = threading.Thread(target=self._run, name="kathikon-async", daemon=True)
+        self.thread = new_thread(self._run, name="kathikon-async")
 
     def start(self) -> ProcessLoop:
         self.thread.start()

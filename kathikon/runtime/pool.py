@@ -48,6 +48,7 @@ from kathikon.executor import Execution, Executor, Plan, fail_job
 from kathikon.models import Job
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.inbox import Inbox
+from kathikon.runtime.threads import new_thread
 from kathikon.states import JobState
 from kathikon.storage import Ack, hygiene
 from kathikon.tracing.hooks import ended_elsewhere
@@ -166,8 +167,7 @@ class ExecutorPool:
         while len(self._threads) < min(len(self._slots), self.concurrency):
             self._start_thread()
         if self._watchdog_wanted and self._watchdog is None:
-            watchdog = threading.Thread(target=self._watch_loop, daemon=True,
-                                        name=f"kathikon-{self.queue}-watch")
+            watchdog = new_thread(self._watch_loop, name=f"kathikon-{self.queue}-watch")
             watchdog.start()  # before it is seen: an unstarted thread is not alive
             self._watchdog = watchdog
 
@@ -331,8 +331,7 @@ class ExecutorPool:
         self.changed.notify_all()
 
     def _start_thread(self) -> None:
-        thread = threading.Thread(target=self._work, name=f"kathikon-{self.queue}-exec",
-                                  daemon=True)
+        thread = new_thread(self._work, name=f"kathikon-{self.queue}-exec")
         self._threads.add(thread)
         thread.start()
 

@@ -38,6 +38,7 @@ from typing import Any
 from django.db import connections
 
 from kathikon.backoff import failure_delay
+from kathikon.runtime.threads import start_thread
 from kathikon.storage import vendor
 
 logger = logging.getLogger("kathikon.runtime")
@@ -99,9 +100,7 @@ class PeriodicService:
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._loop, name=f"kathikon-{self.name}",
-                                        daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._loop, name=f"kathikon-{self.name}")
         return self
 
     def stop(self) -> None:

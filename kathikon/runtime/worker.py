@@ -167,9 +167,10 @@ class WorkerProcess:
         pooler is not listened on (polling picks the jobs up). A ``LISTEN_DATABASE`` set
         explicitly is the user's choice (a session-mode pooler keeps LISTEN): used, with
         a warning."""
-        alias = conf.listen_database()
+        home = storage.vendor.alias() == conf.database()  # LISTEN_DATABASE is DATABASE's
+        alias = conf.listen_database() if home else storage.vendor.alias()
         direct = storage.prepared.reaches_postgres(alias)
-        explicit = conf.get()["LISTEN_DATABASE"] is not None
+        explicit = home and conf.get()["LISTEN_DATABASE"] is not None
         if direct or explicit:
             self.listener = Listener(alias, self._notified, self._wake_all)
             self.listener.start()
@@ -213,7 +214,9 @@ class WorkerProcess:
     def _queue_limits(self, rows: Mapping[str, Any]) -> dict[str, int]:
         """Queue name → concurrency: the --queues value, else the Queue row's override,
         else settings (10 for a queue known only from its row)."""
-        configured = conf.served_queue_names()
+        here = storage.vendor.alias()  # a queue on another database has its own process
+        configured = [name for name in conf.served_queue_names()
+                      if conf.queue_database(name) == here]
         names = list(self.requested) if self.requested is not None else [
             *configured, *sorted(set(rows) - set(configured))]
         limits = {}
@@ -249,6 +252,8 @@ class WorkerProcess:
     def _start_services(self, limits: Mapping[str, int]) -> None:
         for path in self.service_paths:
             module_name, _, class_name = path.rpartition(".")
+            if class_name == "CronScheduler" and storage.vendor.alias() != conf.database():
+                continue  # schedules live in DATABASE: that database's workers fire them
             try:
                 cls = getattr(import_module(module_name), class_name)
             except (ImportError, AttributeError):

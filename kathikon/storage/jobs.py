@@ -30,6 +30,28 @@ def jobs() -> Any:
     return Job.objects.using(vendor.alias())
 
 
+def database_of(job_id: object, databases: list[str]) -> str | None:
+    """Which of ``databases`` holds the job (job ids are unique across them), or None.
+    This thread's alias is asked first."""
+    pk = parse_id(getattr(job_id, "pk", job_id))
+    if pk is None:
+        return None
+    current = vendor.alias()
+    for database in sorted(databases, key=lambda name: name != current):
+        if Job.objects.using(database).filter(pk=pk).exists():
+            return database
+    return None
+
+
+def ids_in(database: str, ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``ids`` are jobs of ``database``."""
+    found: set[uuid.UUID] = set()
+    for start in range(0, len(ids), 1000):
+        found.update(Job.objects.using(database).filter(pk__in=ids[start:start + 1000])
+                     .values_list("pk", flat=True))
+    return found
+
+
 def fetch_job(job_id: object, *, lock: bool = False) -> Job:
     pk = job_pk(job_id)
     query = jobs().select_for_update() if lock else jobs()

@@ -20,8 +20,29 @@ from kathikon import conf
 logger = logging.getLogger("kathikon")
 
 
+#: The alias of this thread's (or task's) work when it is not ``DATABASE``: a queue on
+#: another database (``KATHIKON["QUEUES"][name]["database"]``), or the one a worker serves.
+_using: ContextVar[str | None] = ContextVar("kathikon_database", default=None)
+
+
 def alias() -> str:
-    return conf.database()
+    return _using.get() or conf.database()
+
+
+def serve(database: str) -> None:
+    """This thread, and the threads it starts from now on, work on ``database``: the one
+    database of a worker process (``kathikon_worker --database``, or one child per alias)."""
+    _using.set(database)
+
+
+@contextmanager
+def using(database: str) -> Iterator[None]:
+    """Storage works on ``database`` here (threads a worker starts inherit it)."""
+    token = _using.set(database)
+    try:
+        yield
+    finally:
+        _using.reset(token)
 
 
 def connection() -> BaseDatabaseWrapper:
@@ -35,7 +56,10 @@ _primary_reads: ContextVar[bool] = ContextVar("kathikon_primary_reads", default=
 def read_alias() -> str:
     """Where reports read: ``READ_DATABASE`` (a replica) or the primary. Never written.
     Inside :func:`primary_reads` always the primary."""
-    return alias() if _primary_reads.get() else conf.read_database()
+    current = alias()
+    if _primary_reads.get() or current != conf.database():
+        return current  # READ_DATABASE replicates DATABASE, not a queue's other database
+    return conf.read_database()
 
 
 @contextmanager

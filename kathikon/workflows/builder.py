@@ -16,6 +16,7 @@ from kathikon.ids import new_id
 from kathikon.jobspec import JobRow, build_row, dump_args, worker_class
 from kathikon.models import Job
 from kathikon.models import Workflow as WorkflowRow
+from kathikon.routing import require_home
 from kathikon.storage import fetch_job
 from kathikon.storage import workflows as store
 from kathikon.storage.settle import CANCEL, POLICIES
@@ -118,6 +119,7 @@ class Workflow:
         try:
             worker, args, options = as_step_spec(worker, args, options)
             row = build_row(worker, args, options)
+            require_home([row.queue], "a workflow")
         except InvalidJob as exc:
             raise InvalidJob(f"step {name!r}: {exc}", key=exc.key) from None
         row.step, row.on_dep_failure = name, on_dep_failure

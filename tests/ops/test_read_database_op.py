@@ -14,7 +14,6 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.checks import run_checks
 from django.core.management import call_command
 from django.db import connections
 from django.test import override_settings
@@ -22,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from kathikon import conf
-from kathikon.checks import read_database_problems
+from kathikon.checks import check_settings, read_database_problems
 from kathikon.models import Job, Queue
 from kathikon.states import JobState
 from tests.ops.conftest import make_job
@@ -53,10 +52,10 @@ def lagging(db: Any) -> dict[str, Job]:
 def test_setting_defaults_to_the_primary_and_is_checked():
     assert conf.read_database() == conf.database() == "default"
     with override_settings(KATHIKON={**REPLICA, "READ_DATABASE": "nowhere"}):
-        ids = {message.id for message in run_checks()}
+        ids = {message.id for message in check_settings()}
         assert "kathikon.E008" in ids
     with override_settings(KATHIKON={**REPLICA, "READ_DATABASE": 5}):
-        assert "kathikon.E008" in {message.id for message in run_checks()}
+        assert "kathikon.E008" in {message.id for message in check_settings()}
 
 
 def test_a_replica_of_another_kind_is_refused_by_a_check():

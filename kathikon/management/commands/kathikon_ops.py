@@ -59,6 +59,9 @@ class Command(BaseCommand):
         jobs.add_argument("--worker", help="The worker's dotted path.")
         jobs.add_argument("--limit", type=int, default=50)
         jobs.add_argument("--cursor", help="The 'next cursor' printed by the previous page.")
+        jobs.add_argument("--database", metavar="ALIAS",
+                          help="The database to list (queues on several databases: "
+                               "docs/scaling.md). Default: --queue's, else KATHIKON['DATABASE'].")
         failures = sub("failures", "Failures by worker and error kind.")
         failures.add_argument("--window", type=duration, default=86400,
                               help="How far back to look (default 1d; e.g. 30m, 12h, 7d).")
@@ -127,9 +130,13 @@ class Command(BaseCommand):
                  age(s.oldest_available_age), f"{s.completed_last_minute}/{s.completed_last_hour}",
                  f"{s.failed_last_minute}/{s.failed_last_hour}", s.limits_text or None]
                 for s in summaries]
-        self.table(["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "WAIT/HELD", "EXECUTING",
-                    "RETRYABLE", "DEAD", "COMPLETED", "CANCELLED", "OLDEST",
-                    "DONE 1m/1h", "FAILED 1m/1h", "LIMITS"], rows)
+        headers = ["QUEUE", "STATUS", "CONC", "AVAILABLE", "SCHEDULED", "WAIT/HELD", "EXECUTING",
+                   "RETRYABLE", "DEAD", "COMPLETED", "CANCELLED", "OLDEST",
+                   "DONE 1m/1h", "FAILED 1m/1h", "LIMITS"]
+        if len(conf.databases()) > 1:  # queues on several databases: say which holds each
+            headers.insert(1, "DATABASE")
+            rows = [[row[0], s.database, *row[1:]] for row, s in zip(rows, summaries, strict=True)]
+        self.table(headers, rows)
         for s in summaries:
             waiting = s.counts["available"] + s.counts["scheduled"] + s.counts["retryable"]
             if s.status == "unserved" and waiting:
@@ -140,7 +147,7 @@ class Command(BaseCommand):
     def do_jobs(self, options: dict[str, Any]) -> None:
         page = dashboard.list_jobs(queue=options["queue"], state=options["state"],
                                    worker=options["worker"], limit=options["limit"],
-                                   cursor=options["cursor"])
+                                   cursor=options["cursor"], database=options["database"])
         if options["json"]:
             return self.emit({"jobs": [dashboard.job_as_dict(job) for job in page.jobs],
                               "next_cursor": page.next_cursor})

@@ -4,6 +4,7 @@
     manage.py kathikon_worker --queues emails:5,default
     manage.py kathikon_worker --processes 4           # a supervisor and 4 worker processes
     manage.py kathikon_worker --burst                 # run what is due, then exit 0
+    manage.py kathikon_worker --database shard2       # only the queues of one database
 
 See docs/running-workers.md.
 """
@@ -36,6 +37,11 @@ class Command(BaseCommand):
                  "none is due and none is running, then exit 0.")
         parser.add_argument("--processes", type=int, default=1, metavar="N",
                             help="Fork N worker processes under a supervisor (default 1).")
+        parser.add_argument(
+            "--database", default=None, metavar="ALIAS",
+            help="Only the queues that live in this database (KATHIKON['QUEUES'][name]"
+                 "['database'], else KATHIKON['DATABASE']). Default: every database that "
+                 "holds queues, each in processes of its own.")
         parser.add_argument("--node", default=None, metavar="NAME",
                             help="Node name (default host:pid; with --processes, NAME-1..N).")
         parser.add_argument(
@@ -46,29 +52,35 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from kathikon.runtime.supervisor import Supervisor
         from kathikon.runtime.worker import WorkerProcess
+        from kathikon.storage import vendor
 
         queues = parse_queues(options["queues"])
         processes = options["processes"]
         if processes < 1:
             raise CommandError("--processes must be at least 1")
+        served = split_by_database(queues, options["database"])
+        total = processes * len(served)  # each database in processes of its own
         node, burst = options["node"], options["burst"]
         if node:
-            check_node(node if processes == 1 else f"{node}-{processes}")
+            check_node(node if total == 1 else f"{node}-{total}")
         metrics_port = options["metrics_port"]
         if metrics_port is not None:
-            check_metrics_port(metrics_port, processes)
+            check_metrics_port(metrics_port, total)
         _configure_logging(options["verbosity"])
+        databases = list(served)
 
         def make_worker(index: int, parent_pid: int | None) -> WorkerProcess:
-            name = node if node is None or processes == 1 else f"{node}-{index + 1}"
+            database = databases[index // processes]
+            vendor.serve(database)  # this process's claims, lifeline, promoter, pruner, LISTEN
+            name = node if node is None or total == 1 else f"{node}-{index + 1}"
             if metrics_port is not None:
                 from kathikon.metrics import serve
 
                 serve(metrics_port + index)
-            return WorkerProcess(node=name, queues=queues, burst=burst, parent_pid=parent_pid,
-                                 write=self._writer(options["verbosity"]))
+            return WorkerProcess(node=name, queues=served[database], burst=burst,
+                                 parent_pid=parent_pid, write=self._writer(options["verbosity"]))
 
-        code = Supervisor(processes, make_worker, burst=burst).run()
+        code = Supervisor(total, make_worker, burst=burst).run()
         if code:
             sys.exit(code)
 
@@ -100,6 +112,33 @@ def parse_queues(value: str | None) -> dict[str, int | None] | None:
     if not queues:
         raise CommandError("--queues needs at least one queue name")
     return queues
+
+
+def split_by_database(queues: dict[str, int | None] | None,
+                      database: str | None) -> dict[str, dict[str, int | None] | None]:
+    """Database alias → the ``--queues`` it serves (None: all of its queues).
+
+    Every database that holds queues gets processes of its own (docs/scaling.md);
+    ``--database`` keeps one. ``CommandError`` for an unknown alias, or a queue of
+    ``--queues`` that lives in another database than ``--database``.
+    """
+    from django.conf import settings
+
+    from kathikon import conf
+
+    if database is not None and database not in settings.DATABASES:
+        raise CommandError(f"--database: no database {database!r} in DATABASES (known: "
+                           f"{', '.join(settings.DATABASES)})")
+    if queues is None:
+        return {database: None} if database else dict.fromkeys(conf.databases())
+    split: dict[str, dict[str, int | None]] = {}
+    for name, concurrency in queues.items():
+        home = conf.queue_database(name)
+        if database is not None and home != database:
+            raise CommandError(f"--queues: the queue {name!r} lives in the database {home!r}, "
+                               f"not {database!r}")
+        split.setdefault(home, {})[name] = concurrency
+    return {alias: chosen for alias, chosen in split.items()}
 
 
 def check_metrics_port(port: int, processes: int) -> None:
