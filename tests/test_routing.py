@@ -178,3 +178,13 @@ def test_worker_command_splits_queues_by_database():
         split_by_database(None, "nowhere")
     with pytest.raises(CommandError, match="lives in the database 'default'"):
         split_by_database({"default": None}, "second")
+
+
+@override_settings(KATHIKON=TWO)
+def test_admin_queue_form_saves_to_the_queues_database(admin_client):
+    url = reverse("admin:kathikon_queue_change", args=["reports"])
+    assert admin_client.get(url).status_code == 200
+    response = admin_client.post(url, {"name": "reports", "concurrency": "3", "limits": ""})
+    assert response.status_code == 302
+    assert Queue.objects.using("second").get(name="reports").concurrency == 3
+    assert not Queue.objects.filter(name="reports").exists()

@@ -34,6 +34,7 @@ from kathikon.conf import MAX_CONCURRENCY
 from kathikon.exceptions import KathikonError
 from kathikon.limits import LIMIT_KEYS, in_force
 from kathikon.models import Queue
+from kathikon.storage import vendor
 
 # -- queues ----------------------------------------------------------------------------------
 
@@ -62,6 +63,9 @@ class QueueAdmin(ActionsMixin):
             request._kathikon_queue_summary = cached  # type: ignore[attr-defined]
         return cached
 
+    def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
+        obj.save(using=conf.queue_database(obj.name))  # the database its workers read
+
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The concurrency override changes what every node runs: a destructive action.
         return self.may(request, "change_queue")
@@ -77,6 +81,11 @@ class QueueAdmin(ActionsMixin):
                    from_field: str | None = None) -> Queue | None:
         # A queue known only from the settings or its jobs has no row until it is changed
         # (a POST saves it): reading a page must write nothing, since workers serve rows.
+        # A queue of another database (docs/scaling.md) has its row there.
+        if object_id in conf.queues() and conf.queue_database(object_id) != conf.database():
+            with vendor.using(conf.queue_database(object_id)):
+                found = super().get_object(request, object_id, from_field)
+            return found if found is not None else Queue(name=object_id)
         found = super().get_object(request, object_id, from_field)
         if found is None and object_id in self.summaries(request):
             found = Queue(name=object_id)

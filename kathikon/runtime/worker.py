@@ -46,6 +46,7 @@ from kathikon.runtime import loop
 from kathikon.runtime.acker import Acker
 from kathikon.runtime.dispatcher import Dispatcher
 from kathikon.runtime.listener import Listener
+from kathikon.runtime.outage import Outage, quiet_during
 from kathikon.runtime.quarantine import Quarantine
 from kathikon.runtime.supervisor import EXIT_NODE_IN_USE
 from kathikon.states import JobState
@@ -92,6 +93,7 @@ class WorkerProcess:
         self.dispatchers: dict[str, Dispatcher] = {}
         self.services: list[Any] = []
         self.acker = Acker(on_settled=self._settled)
+        self.outage = Outage(self.node, storage.alias())
         self.executor = Executor(unknown_worker_grace=conf.unknown_worker_grace())
         self.unknown_workers: dict[str, str] = {}  # worker path → first held back (ISO)
         self.quarantine = Quarantine(self.node, check_every=self.poll_interval)
@@ -129,7 +131,8 @@ class WorkerProcess:
             return EXIT_NODE_IN_USE
         try:
             self.started.set()
-            self._main_loop()
+            with quiet_during(self.outage):  # an outage said once, not by every part per poll
+                self._main_loop()
         finally:
             self._shutdown()
         return self.exit_code
@@ -355,9 +358,14 @@ class WorkerProcess:
             rows = storage.queue_rows()
             limits = self._queue_limits(rows)
         except Exception as exc:
-            logger.warning("kathikon: reading queues failed (%s: %s)", type(exc).__name__, exc)
+            if isinstance(exc, (DatabaseError, InterfaceError)):
+                self.outage.failed("reading its queues", exc)
+            else:
+                logger.warning("kathikon: reading queues failed (%s: %s)",
+                               type(exc).__name__, exc)
             storage.vendor.reset_connection()
             return
+        self.outage.recovered()
         added = False
         for name, concurrency in limits.items():
             dispatcher = self.dispatchers.get(name)
