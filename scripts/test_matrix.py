@@ -8,12 +8,12 @@
                         reaching PostgreSQL through the tests' own PgBouncer in
                         transaction mode (tests/pgbouncer.py), listening directly
 
-The runs go side by side in lanes: each primary database has its own lane (most of
-their time is spent waiting on worker processes, not computing), and the light lts
-line runs its databases one after another in a fourth. Each run uses its own test
-database (suffix ``_<line>``, after ``KATHIKON_DB_SUFFIX`` if set), so they never
-collide. PostgreSQL's primary run prints its progress live; every other run's output
-is kept in .test-reports/ and printed when all are done.
+The runs go side by side in four lanes of about equal length (most of their time is
+spent waiting on worker processes, not computing): primary/postgres; primary/sqlite
+then lts/sqlite; primary/mariadb then lts/mariadb; lts/postgres then primary/pgbouncer.
+Each run uses its own test database (suffix ``_<line>``, after ``KATHIKON_DB_SUFFIX``
+if set), so they never collide. PostgreSQL's primary run prints its progress live;
+every other run's output is kept in .test-reports/ and printed when all are done.
 With CI=true every database and both virtualenvs must be there, or the run fails.
 Prints one line per run and a closing 'N passed, N failed, N skipped' line.
 """
@@ -97,19 +97,23 @@ def main(argv: list[str]) -> int:
 
 
 def plan(databases: dict[str, bool], venvs: dict[str, Path]) -> list[list[Run]]:
-    """One lane per primary database, the lts line's databases in one more lane."""
+    """Four lanes of about equal length: PostgreSQL's primary run alone (the longest);
+    SQLite's and MariaDB's primary runs, each followed by its lts run; lts/postgres
+    followed by primary/pgbouncer."""
     present = {name: venv for name, venv in venvs.items() if (venv / "bin" / "python").exists()}
     reached = [db for db, ok in databases.items() if ok]
+    primary, lts = present.get("primary"), present.get("lts")
     lanes: list[list[Run]] = []
-    if "primary" in present:
-        # PostgreSQL first: the longest run starts at once.
-        order = sorted(reached, key=lambda db: db != "postgres")
-        lanes += [[("primary", db, present["primary"])] for db in order]
-        if "postgres" in reached:  # after SQLite's run, the shortest primary one
-            lane = next(lane for lane in lanes if lane[0][1] == "sqlite")
-            lane.append(("primary", "pgbouncer", present["primary"]))
-    if "lts" in present:
-        lanes.append([("lts", db, present["lts"]) for db in reached])
+    for db in sorted(reached, key=lambda db: db != "postgres"):  # the longest starts at once
+        lane: list[Run] = [("primary", db, primary)] if primary else []
+        if lts and db != "postgres":
+            lane.append(("lts", db, lts))
+        lanes.append(lane)
+    if "postgres" in reached:
+        last: list[Run] = [("lts", "postgres", lts)] if lts else []
+        if primary:
+            last.append(("primary", "pgbouncer", primary))
+        lanes.append(last)
     return [lane for lane in lanes if lane]
 
 
@@ -129,7 +133,9 @@ def run_lane(lane: list[Run], reports: Path, extra: list[str]) -> list[Result]:
         if db == "pgbouncer":
             args += ["-m", "slow"]
             if not any(arg.startswith("tests") for arg in extra):
-                args.append("tests/runtime")
+                # several databases: about routing, not pooling (its second database is
+                # reached directly anyway); run once, in primary/postgres
+                args += ["tests/runtime", "--ignore=tests/runtime/test_databases.py"]
             env.update(KATHIKON_DB="postgres", KATHIKON_TEST_WORKERS_VIA="pgbouncer",
                        KATHIKON_DB_SUFFIX=suffix + "_pgbouncer")
         started = time.monotonic()

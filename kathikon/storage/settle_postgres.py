@@ -37,7 +37,8 @@ STEP_FIELDS = ("id", "state", "deps_waiting", "deps_failed", "on_dep_failure", "
 # fan-in whose counter never reached zero). A waiting step none of whose deps is left, and
 # none failed (or its policy runs it anyway), is released by this UPDATE itself: one new
 # row version per released step. The rarer moves (held, cancelled, restored) are decided
-# in Python from the returned row.
+# in Python from the returned row; a released row comes back without its errors and
+# available_at, which only those need (a fan-out of 10,000 parsed 10,000 of each).
 _PG_COUNT = """
 WITH m AS (SELECT * FROM unnest(%(ids)s::uuid[], %(failed)s::int[], %(sign)s::int[])
            AS m(id, failed, sign)),
@@ -59,7 +60,10 @@ SET deps_waiting = GREATEST(0, j.deps_waiting + c.dw),
 FROM c
 WHERE j.id = c.id AND j.state IN ('waiting', 'held', 'cancelled')
 RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
-          j.workflow_id, j.step, j.errors, j.available_at, c.dw, c.df
+          j.workflow_id, j.step,
+          CASE WHEN j.state IN ('available', 'scheduled') THEN NULL ELSE j.errors END,
+          CASE WHEN j.state IN ('available', 'scheduled') THEN NULL ELSE j.available_at END,
+          c.dw, c.df
 """
 _PG_RELEASED = ("j.state = 'waiting' AND j.deps_waiting + c.dw <= 0 "
                 "AND (j.deps_failed + c.df <= 0 OR j.on_dep_failure = 'run')")
@@ -150,9 +154,11 @@ def count_workflows(delta: dict[uuid.UUID, list[int]]) -> list[Workflow]:
 
 
 def _array(values: Sequence[Any]) -> str:
-    """An array literal (``'{…}'``) of uuids or ints: psycopg would dump a Python list
-    element by element in Python; these need no quoting."""
-    return "{" + ",".join(str(value) for value in values) + "}"
+    """An array literal (``'{…}'``) of uuids (as 32 hex digits, which PostgreSQL reads)
+    or ints: psycopg would dump a Python list element by element in Python; these need
+    no quoting."""
+    return "{" + ",".join(value.hex if isinstance(value, uuid.UUID) else str(value)
+                          for value in values) + "}"
 
 
 __all__ = ["STEP_FIELDS", "count_steps", "count_workflows"]
