@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from kathikon import conf
 from kathikon.exceptions import InvalidJob
@@ -34,6 +35,12 @@ def for_queues(names: Iterable[str], what: str) -> AbstractContextManager[None]:
         raise InvalidJob(f"{what} puts jobs into queues on different databases ({shown}); "
                          "one call writes one database: split it by database", key="queue")
     return vendor.using(next(iter(found))) if found else nullcontext()
+
+
+def for_loaded(row: Any) -> AbstractContextManager[None]:
+    """Storage works on the database ``row`` (a model instance) was read from."""
+    database = getattr(getattr(row, "_state", None), "db", None)
+    return vendor.using(database) if database else nullcontext()
 
 
 def for_job(job_id: object) -> AbstractContextManager[None]:

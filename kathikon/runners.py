@@ -25,6 +25,7 @@ from kathikon.exceptions import InvalidJob, InvalidState, StaleLease
 from kathikon.executor import conclude, settle
 from kathikon.jobspec import checked_delay, dump_value
 from kathikon.models import Job
+from kathikon.routing import for_loaded
 from kathikon.states import EXECUTING_STATES
 from kathikon.storage import vendor
 from kathikon.workers import Discard, Retry, Snooze
@@ -77,7 +78,8 @@ def _check(job: Any) -> None:
 
 def _write(job: Job, outcome: Any) -> Job:
     execution = conclude(job, outcome)  # error texts are made storable where they are built
-    settle([execution])
+    with for_loaded(job):  # the database it was claimed from (queues on several: routing)
+        settle([execution])
     if not execution.written:
         raise StaleLease(f"job {job.id.hex}: lease {job.lease} is stale (the job was rescued "
                          "or changed since this claim); nothing was written")

@@ -188,3 +188,14 @@ def test_admin_queue_form_saves_to_the_queues_database(admin_client):
     assert response.status_code == 302
     assert Queue.objects.using("second").get(name="reports").concurrency == 3
     assert not Queue.objects.filter(name="reports").exists()
+
+
+@override_settings(KATHIKON=TWO)
+def test_an_external_runner_claims_and_reports_on_the_queues_database():
+    job = kathikon.insert(workers.Succeed, {}, queue="reports")
+    claimed = kathikon.claim_available("reports", node="runner-1")
+    assert claimed is not None and claimed.id == job.id
+    kathikon.complete(claimed, {"ok": True})
+    row = Job.objects.using("second").get(pk=job.id)
+    assert (row.state, row.attempted_by) == (JobState.COMPLETED, "runner-1")
+    assert kathikon.claim_available("reports") is None
