@@ -318,11 +318,14 @@ def prune(*, older_than: float | dt.timedelta | None = None, chunk: int = 1000,
         older_than = conf.retention_period()
     before = report.window_start(older_than, vendor.now(), what="older_than")
     total = 0
-    while True:
-        deleted = job_storage.prune_jobs(before, limit=chunk)
-        total += deleted
-        if deleted < chunk:
-            return total
+    for database in conf.databases():  # queues on several databases: each one's jobs
+        with vendor.using(database):
+            while True:
+                deleted = job_storage.prune_jobs(before, limit=chunk)
+                total += deleted
+                if deleted < chunk:
+                    break
+    return total
 
 
 def _each(ids: Iterable[object], operation: Any) -> ActionResult:

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kathikon import conf
 from kathikon.storage import reports, vendor
 
 COUNT_CAP = 10_000
@@ -25,16 +26,22 @@ class DatabaseCollector(Collector):
         jobs = GaugeMetricFamily("kathikon_jobs", "Jobs by queue and state (PostgreSQL: "
                                  f"counts past {COUNT_CAP:,} are estimates).",
                                  labels=["queue", "state"])
-        for row in reports.queue_state_counts(COUNT_CAP):
-            jobs.add_metric([row["queue"], row["state"]], row["count"])
+        databases = conf.databases()  # queues on several databases: each one's (scaling.md)
+        for database in databases:
+            with vendor.using(database):
+                for row in reports.queue_state_counts(COUNT_CAP):
+                    jobs.add_metric([row["queue"], row["state"]], row["count"])
         yield jobs
         age = GaugeMetricFamily("kathikon_oldest_due_job_age_seconds",
                                 "Seconds since the oldest job that is due (available or "
                                 "retryable) became due, per queue that has one.",
                                 labels=["queue"])
         now = vendor.now()
-        for row in reports.queue_activity(now):
-            if row["state"] is None and row["oldest_available_at"] is not None:
-                seconds = (now - row["oldest_available_at"]).total_seconds()
-                age.add_metric([row["queue"]], max(0.0, seconds))
+        for database in databases:
+            with vendor.using(database):
+                activity = reports.queue_activity(now)
+            for row in activity:
+                if row["state"] is None and row["oldest_available_at"] is not None:
+                    seconds = (now - row["oldest_available_at"]).total_seconds()
+                    age.add_metric([row["queue"]], max(0.0, seconds))
         yield age

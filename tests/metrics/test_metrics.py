@@ -137,3 +137,20 @@ def test_a_bad_metrics_port_is_refused_before_start(db):
         call_command("kathikon_worker", "--metrics-port", "65535", "--processes", "2")
     with pytest.raises(CommandError, match="not a range of TCP ports"):
         call_command("kathikon_worker", "--metrics-port", "0")
+
+
+@pytest.mark.django_db(databases=["default", "second"])
+def test_database_gauges_cover_queues_on_every_database(client):
+    from django.test import override_settings
+
+    two = {"QUEUES": {"default": {"concurrency": 10}, "reports": {"database": "second"}}}
+    with override_settings(KATHIKON=two):
+        kathikon.insert_many([(workers.Succeed, {"i": i}) for i in range(2)])
+        kathikon.insert_many([(workers.Succeed, {"i": i}, {"queue": "reports"})
+                              for i in range(3)])
+        found = samples(client.get("/metrics").content.decode())
+    assert total(found, "kathikon_jobs", queue="default", state="available") == 2
+    assert total(found, "kathikon_jobs", queue="reports", state="available") == 3
+    assert total(found, "kathikon_oldest_due_job_age_seconds", queue="reports") >= 0
+    assert any(name == "kathikon_oldest_due_job_age_seconds" and labels.get("queue") == "reports"
+               for name, labels, _ in found)
