@@ -99,12 +99,27 @@ def drain_queue(queue: str | None = None, *, with_scheduled: bool = False,
     Paused queues are not drained. ``cancelled`` counts jobs of the drained
     queues cancelled while the drain ran (e.g. by a drained job).
     """
+    from kathikon import conf
+    from kathikon.storage import vendor
+
+    counts: Counter[str] = Counter()
+    cancelled = 0
+    for database in [conf.queue_database(queue)] if queue else conf.databases():
+        with vendor.using(database):  # queues on several databases: each one's jobs
+            cancelled += _drain_here(queue, counts, with_scheduled, with_recursion)
+    return DrainResult(completed=counts["completed"], failed=counts["failed"],
+                       discarded=counts["discarded"], snoozed=counts["snoozed"],
+                       cancelled=max(0, cancelled))
+
+
+def _drain_here(queue: str | None, counts: Counter[str], with_scheduled: bool,
+                with_recursion: bool) -> int:
+    """:func:`drain_queue` on this thread's database; returns the jobs cancelled meanwhile."""
     from kathikon import storage
     from kathikon.executor import Executor, settle
     from kathikon.storage import testing as store
 
     cancelled_before = storage.count_by_state(queue)["cancelled"]
-    counts: Counter[str] = Counter()
     for _ in range(MAX_ROUNDS):
         storage.promote_scheduled()
         if with_scheduled:
@@ -121,10 +136,7 @@ def drain_queue(queue: str | None = None, *, with_scheduled: bool = False,
     else:
         raise KathikonError(f"drain_queue() still had jobs after {MAX_ROUNDS} rounds; "
                             "does a job snooze or re-insert itself forever?")
-    cancelled = storage.count_by_state(queue)["cancelled"] - cancelled_before
-    return DrainResult(completed=counts["completed"], failed=counts["failed"],
-                       discarded=counts["discarded"], snoozed=counts["snoozed"],
-                       cancelled=max(0, cancelled))
+    return int(storage.count_by_state(queue)["cancelled"] - cancelled_before)
 
 
 def all_enqueued(*, worker: type[Worker] | str | None = None, args: dict[str, Any] | None = None,
@@ -249,11 +261,18 @@ class _Criteria:
         self.full = 4 + 1 + 1 + 1 + 1
 
     def candidates(self, *, all_workers: bool = False) -> list[Any]:
+        from kathikon import conf
         from kathikon.storage import testing as store
+        from kathikon.storage import vendor
 
         every_worker = all_workers or self.worker == TASK_WORKER
-        return store.pending_jobs(worker=None if every_worker else self.worker,
-                                  queue=None if all_workers else self.queue)
+        queue = None if all_workers else self.queue
+        found: list[Any] = []
+        for database in [conf.queue_database(queue)] if queue else conf.databases():
+            with vendor.using(database):  # queues on several databases: each one's jobs
+                found += store.pending_jobs(worker=None if every_worker else self.worker,
+                                            queue=queue)
+        return found
 
     def worker_matches(self, job: Any) -> bool:
         """The worker asked for; ``kathikon.backends.TaskWorker`` matches every Django Task's

@@ -199,3 +199,17 @@ def test_an_external_runner_claims_and_reports_on_the_queues_database():
     row = Job.objects.using("second").get(pk=job.id)
     assert (row.state, row.attempted_by) == (JobState.COMPLETED, "runner-1")
     assert kathikon.claim_available("reports") is None
+
+
+@override_settings(KATHIKON=TWO)
+def test_testing_helpers_see_and_drain_every_database():
+    from kathikon.testing import assert_enqueued, drain_queue
+
+    kathikon.insert(workers.Succeed, {"n": 1}, queue="reports")
+    kathikon.insert(workers.Succeed, {"n": 2}, queue="default")
+    assert_enqueued(worker=workers.Succeed, args={"n": 1}, queue="reports")
+    assert_enqueued(worker=workers.Succeed, args={"n": 1})
+    assert drain_queue("reports").completed == 1
+    assert Job.objects.using("second").get().state == JobState.COMPLETED
+    assert drain_queue().completed == 1
+    assert Job.objects.get().state == JobState.COMPLETED
