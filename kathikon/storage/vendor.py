@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -18,6 +18,7 @@ from django.utils import timezone
 from kathikon import conf
 
 logger = logging.getLogger("kathikon")
+T = TypeVar("T")
 
 
 #: The alias of this thread's (or task's) work when it is not ``DATABASE``: a queue on
@@ -35,14 +36,18 @@ def serve(database: str) -> None:
     _using.set(database)
 
 
-@contextmanager
-def using(database: str) -> Iterator[None]:
+def using(database: str) -> AbstractContextManager[None]:
     """Storage works on ``database`` here (threads a worker starts inherit it)."""
-    token = _using.set(database)
+    return _set(_using, database)
+
+
+@contextmanager
+def _set(variable: ContextVar[T], value: T) -> Iterator[None]:
+    token = variable.set(value)
     try:
         yield
     finally:
-        _using.reset(token)
+        variable.reset(token)
 
 
 def connection() -> BaseDatabaseWrapper:
@@ -62,14 +67,9 @@ def read_alias() -> str:
     return conf.read_database()
 
 
-@contextmanager
-def primary_reads() -> Iterator[None]:
+def primary_reads() -> AbstractContextManager[None]:
     """Reports read the primary here: an action decides on fresh rows, not a replica's."""
-    token = _primary_reads.set(True)
-    try:
-        yield
-    finally:
-        _primary_reads.reset(token)
+    return _set(_primary_reads, True)
 
 
 def read_connection() -> BaseDatabaseWrapper:
