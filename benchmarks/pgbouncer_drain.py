@@ -24,7 +24,7 @@ def phase_pgbouncer(size: dict[str, Any], progress: Any, log_dir: Path,
                     **_: Any) -> dict[str, Any]:
     from django.db import connection
 
-    from benchmarks.runner import _drain, fill
+    from benchmarks.drains import drain, fill
     from tests.pgbouncer import PgBouncer, binary
 
     if connection.vendor != "postgresql":
@@ -41,7 +41,7 @@ def phase_pgbouncer(size: dict[str, Any], progress: Any, log_dir: Path,
             fill(n, size["fill_call"])
             dbs.settle_table()
             env = bouncer.worker_env() if kind == "pgbouncer" else None
-            runs[kind].append(_drain(n, 1, size, progress, log_dir, f"pgbouncer {kind}: drain",
+            runs[kind].append(drain(n, 1, size, progress, log_dir, f"pgbouncer {kind}: drain",
                                      prefilled=True, env=env))
     finally:
         bouncer.stop()

@@ -23,7 +23,7 @@ def phase_tracing(size: dict[str, Any], progress: Any, log_dir: Path,
                   **_: Any) -> dict[str, Any]:
     from django.test import override_settings
 
-    from benchmarks.runner import _drain, fill
+    from benchmarks.drains import drain, fill
 
     if not tracing_sdk.available():
         progress("tracing: skipped (opentelemetry-sdk is not installed)", final=True)
@@ -36,7 +36,7 @@ def phase_tracing(size: dict[str, Any], progress: Any, log_dir: Path,
         with override_settings(KATHIKON={"TRACING": kind == "on"}):
             fill(n, size["fill_call"])
         dbs.settle_table()
-        runs[kind].append(_drain(n, 1, size, progress, log_dir, f"tracing {kind}: drain",
+        runs[kind].append(drain(n, 1, size, progress, log_dir, f"tracing {kind}: drain",
                                  prefilled=True,
                                  env={"BENCH_TRACING": "1"} if kind == "on" else None))
     dbs.reset()
