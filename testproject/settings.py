@@ -109,6 +109,9 @@ DATABASES["second"] = {**_STRAIGHT, "TEST": {
     "NAME": (str(BASE_DIR / f"test_second{SUFFIX}.sqlite3")
              if DATABASES["default"]["ENGINE"].endswith("sqlite3")
              else "test_kathikon_second" + SUFFIX)}}
+for _alias in ("replica", "second"):  # no file of their own outside the tests
+    if DATABASES[_alias]["ENGINE"].endswith("sqlite3"):
+        DATABASES[_alias]["NAME"] = ":memory:"
 if os.environ.get("KATHIKON_SECOND_DB_NAME"):
     DATABASES["second"]["NAME"] = os.environ["KATHIKON_SECOND_DB_NAME"]
 if os.environ.get("KATHIKON_SECOND_DB_PORT"):

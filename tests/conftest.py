@@ -24,6 +24,19 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"kathikon: database={DB} django={django.get_version()}"
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> None:
+    """After pytest-django's: ask each SQLite alias (``replica``, ``second``) once whether
+    it supports JSON. Django's system checks ask every alias (a query on SQLite), and a
+    test that runs them but may use ``default`` only would be refused that query."""
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for alias in connections:
+            if connections[alias].vendor == "sqlite":
+                assert connections[alias].features.supports_json_field
+
+
 @pytest.fixture
 def vendor() -> str:
     return connection.vendor
