@@ -9,8 +9,9 @@
                         transaction mode (tests/pgbouncer.py), listening directly
 
 The runs go side by side in four lanes of about equal length (most of their time is
-spent waiting on worker processes, not computing): primary/postgres; primary/sqlite
-then lts/sqlite; primary/mariadb then lts/mariadb; lts/postgres then primary/pgbouncer.
+spent waiting on worker processes, not computing): primary/postgres but tests/ops;
+primary/sqlite then lts/sqlite; primary/mariadb then lts/mariadb; lts/postgres, then
+primary/postgres-ops (PostgreSQL's tests/ops), then primary/pgbouncer.
 Each run uses its own test database (suffix ``_<line>``, after ``KATHIKON_DB_SUFFIX``
 if set), so they never collide. PostgreSQL's primary run prints its progress live;
 every other run's output is kept in .test-reports/ and printed when all are done.
@@ -111,8 +112,8 @@ def plan(databases: dict[str, bool], venvs: dict[str, Path]) -> list[list[Run]]:
         lanes.append(lane)
     if "postgres" in reached:
         last: list[Run] = [("lts", "postgres", lts)] if lts else []
-        if primary:
-            last.append(("primary", "pgbouncer", primary))
+        if primary:  # PostgreSQL's operations tests here, to shorten its own lane
+            last += [("primary", "postgres-ops", primary), ("primary", "pgbouncer", primary)]
         lanes.append(last)
     return [lane for lane in lanes if lane]
 
@@ -130,6 +131,12 @@ def run_lane(lane: list[Run], reports: Path, extra: list[str]) -> list[Result]:
             args += ["-m", "not slow and not browser"]
         suffix = os.environ.get("KATHIKON_DB_SUFFIX", "") + f"_{line}"
         env = {**os.environ, "KATHIKON_DB": db, "KATHIKON_DB_SUFFIX": suffix}
+        if db == "postgres" and line == "primary" and not extra:
+            args.append("--ignore=tests/ops")  # run in a lane of its own: postgres-ops
+        if db == "postgres-ops":
+            if not extra:
+                args.append("tests/ops")
+            env.update(KATHIKON_DB="postgres", KATHIKON_DB_SUFFIX=suffix + "_ops")
         if db == "pgbouncer":
             args += ["-m", "slow"]
             if not any(arg.startswith("tests") for arg in extra):
