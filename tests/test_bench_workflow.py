@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from benchmarks import report, workflow_drain
 from kathikon.models import Job, Workflow
 from kathikon.testing import drain_queue
+from tests.bench_runs import bench_vendor, report_line, run_bench
 
-ROOT = Path(__file__).resolve().parent.parent
 ROW_1 = "| workflow: 1 → N-2 → 1 steps vs N plain jobs, 1 `kathikon_worker` (jobs/s) |"
 ROW_2 = "| workflow: 1 → N-2 → 1 steps vs N plain jobs, 2 `kathikon_worker` (jobs/s) |"
 
@@ -26,9 +20,6 @@ def _run(kind: str, rate: float, timed_out: bool = False) -> dict:
 def _results(phase: dict) -> dict:
     return {"vendors": {"postgres": {"phases": {"workflow": phase}}}}
 
-
-def _line(text: str, start: str) -> str | None:
-    return next((line for line in text.splitlines() if line.startswith(start)), None)
 
 
 def test_summary_takes_the_median_of_each_kind_and_their_ratio():
@@ -63,20 +54,20 @@ def test_report_rows_and_target_give_rates_and_ratio():
                                    "workflow": [_run("workflow", 9_000, timed_out=True)]})
     results = _results({"n": 10_000, "p1": p1, "p2": p2})
     table = report.table(results)
-    assert _line(table, ROW_1) == f"{ROW_1} 6,500 vs 10,000 (65%, N=10k) |"
-    assert _line(table, ROW_2) == f"{ROW_2} 9,000 vs 12,000 (75%, N=10k) workflow TIMED OUT |"
-    target = _line(report.targets(results), "| workflow drain |")
+    assert report_line(table, ROW_1) == f"{ROW_1} 6,500 vs 10,000 (65%, N=10k) |"
+    assert report_line(table, ROW_2) == f"{ROW_2} 9,000 vs 12,000 (75%, N=10k) workflow TIMED OUT |"
+    target = report_line(report.targets(results), "| workflow drain |")
     assert target is not None and target.endswith("| 65% | **no** |")
     p1["workflow"]["rate"], p1["ratio"] = 7_000, 0.70
-    target = _line(report.targets(_results({"n": 10_000, "p1": p1})), "| workflow drain |")
+    target = report_line(report.targets(_results({"n": 10_000, "p1": p1})), "| workflow drain |")
     assert target is not None and target.endswith("| 70% | yes |")
 
 
 def test_rows_are_left_out_without_a_workflow_figure():
     plain_only = workflow_drain.summarise({"plain": [_run("plain", 10_000)]})
     table = report.table(_results({"n": 10_000, "p1": plain_only}))
-    assert _line(table, ROW_1) is None
-    assert _line(table, ROW_2) is None
+    assert report_line(table, ROW_1) is None
+    assert report_line(table, ROW_2) is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -115,24 +106,9 @@ def test_a_workflow_needs_three_steps():
 
 @pytest.mark.slow
 def test_workflow_phase_runs_with_real_workers(tmp_path):
-    from testproject.settings import DB
-
-    vendor = {"postgresql": "postgres", "mysql": "mariadb"}.get(DB, DB)
-    out = tmp_path / "result.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT),
-           # Its own database, never the one a real `make bench` or another test run uses.
-           "BENCH_DB_NAME": f"kathikon_bench_wf{os.environ.get('KATHIKON_DB_SUFFIX', '')}"
-                            f"_{os.getpid()}"}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.runner", "--db", vendor, "--quick",
-         "--only", "workflow", "--size", "workflow=12", "--size", "workflow_rounds=1",
-         "--size", "workflow_processes=1",
-         "--json", str(out), "--log-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["errors"] == {}
+    result = run_bench(tmp_path, bench_vendor(), "wf", "--only", "workflow",
+                       "--size", "workflow=12", "--size", "workflow_rounds=1",
+                       "--size", "workflow_processes=1", timeout=150)
     phase = result["phases"]["workflow"]
     assert "p2" not in phase  # workflow_processes=1
     for kind in ("plain", "workflow"):
