@@ -247,7 +247,6 @@ def set_queue_limits(name: str, *, reset: bool = False, **limits: Any) -> dict[s
     queue's row; workers pick it up within ``POLL_INTERVAL``. Returns the effective
     limits; ``InvalidQueue`` (nothing changed) on a bad name, key or value.
     """
-    storage.queues.validate_name(name)
     unknown = set(limits) - set(LIMIT_KEYS)
     if unknown:
         raise InvalidQueue(f"unknown limit {sorted(unknown)[0]!r}: use "
