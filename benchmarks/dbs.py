@@ -148,10 +148,12 @@ def count_completed() -> int:
     return int(execute("SELECT count(*) FROM kathikon_job WHERE state = 'completed'")[0][0])
 
 
-def completion_stats() -> tuple[int, float]:
-    """(completed jobs, seconds between the first and the last completion)."""
+def completion_stats(queue: str | None = None) -> tuple[int, float]:
+    """(completed jobs, seconds between the first and the last completion), of one queue
+    or of every one."""
     rows = execute("SELECT count(*), min(completed_at), max(completed_at) FROM kathikon_job "
-                   "WHERE state = 'completed'")
+                   "WHERE state = 'completed'" + (" AND queue = %s" if queue else ""),
+                   [queue] if queue else None)
     count, first, last = rows[0]
     if not count or first is None or last is None:
         return 0, 0.0

@@ -35,8 +35,10 @@ def fill(n: int, per_call: int, progress: Any = None) -> float:
 
 
 def drain(n: int, procs: int, size: dict[str, Any], progress: Any, log_dir: Path,
-           label: str, *, prefilled: bool = False,
-           env: dict[str, str] | None = None) -> dict[str, Any]:
+           label: str, *, prefilled: bool = False, env: dict[str, str] | None = None,
+           queue: str | None = None) -> dict[str, Any]:
+    """Drain ``n`` jobs with ``procs`` worker processes; ``queue``: count only its completed
+    jobs (the others are history loaded beforehand)."""
     if not prefilled:
         dbs.reset()
         fill(n, size["fill_call"])
@@ -57,7 +59,7 @@ def drain(n: int, procs: int, size: dict[str, Any], progress: Any, log_dir: Path
         cpu_last = (remaining, tree_cpu_seconds(workers.pids), dbs.backend_cpu(),
                     machine_busy_seconds(), time.monotonic())
         wall = time.monotonic() - started
-    count, span = dbs.completion_stats()
+    count, span = dbs.completion_stats(queue)
     rate = (count - 1) / span if span > 0 else 0.0
     timed_out = remaining > 0
     cpu = {}

@@ -181,6 +181,33 @@ def _pgbouncer(r: dict[str, Any]) -> str:
             f"({result['ratio']:.0%}, pool {result['pool_size']})")
 
 
+def _partitioned(what: str) -> Callable[[dict[str, Any]], str]:
+    """The partitioned phase's cells: the drain and claims beside a big history against
+    an empty table, the drop of a day, and the churn's dead tuples against the plain
+    table's."""
+
+    def cell(r: dict[str, Any]) -> str:
+        result = _get(r, "partitioned")
+        if not result or "partitioned_history" not in result:
+            return "-"
+        full, empty = result["partitioned_history"], result["partitioned_empty"]
+        if what == "drain":
+            plain = result["plain_empty"]["rate"]
+            return (f"{_rate(full['rate'])} vs {_rate(empty['rate'])} empty "
+                    f"({result['drain_ratio']:.0%}; plain empty {_rate(plain)})")
+        if what == "claim":
+            return (f"{full['claim_ms_median']:.2f} vs {empty['claim_ms_median']:.2f} ms "
+                    f"({result['claim_ratio']:.2f}x)")
+        if what == "prune":
+            return f"{_count(result['prune']['rows'])} jobs in {result['prune']['seconds']:.3f} s"
+        parted, plain = result["churn_partitioned"], result["churn_plain"]
+        return (f"{_count(parted['dead_tuples'])} / {parted['bytes'] / 2**20:,.0f} MB vs "
+                f"{_count(plain['dead_tuples'])} / {plain['bytes'] / 2**20:,.0f} MB plain "
+                f"({result['churn_seconds']} s)")
+
+    return cell
+
+
 ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("insert, 1 job per transaction (jobs/s)",
      lambda r: f"{_rate(_get(r, 'enqueue', 'rate'))} (N={_count(_get(r, 'enqueue', 'n'))})"),
@@ -235,6 +262,13 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
      "(jobs/s)", _tracing),
     ("drain behind PgBouncer (transaction mode, direct LISTEN) vs straight to PostgreSQL, "
      "1 `kathikon_worker` (jobs/s)", _pgbouncer),
+    ("partitioned table: drain beside the loaded history vs empty, 1 `kathikon_worker` "
+     "(jobs/s)", _partitioned("drain")),
+    ("partitioned table: claim of 10 beside the loaded history vs empty (median)",
+     _partitioned("claim")),
+    ("partitioned table: a day's partition dropped by the pruner", _partitioned("prune")),
+    ("churn at full drain rate: dead tuples / size, partitioned vs plain",
+     _partitioned("churn")),
 ]
 
 

@@ -22,13 +22,14 @@ from typing import Any
 
 from benchmarks import dbs
 from benchmarks.drains import drain, fill
+from benchmarks.partition_drain import phase_partitioned
 from benchmarks.pgbouncer_drain import phase_pgbouncer
 from benchmarks.procs import Workers, tree_rss_kib
 from benchmarks.tracing_drain import phase_tracing
 from benchmarks.workflow_drain import phase_workflow
 
 PHASES = ("enqueue", "bulk", "storage", "drain", "latency", "backlog", "flow", "workflow",
-          "tracing", "pgbouncer")
+          "tracing", "pgbouncer", "partitioned")
 
 # Sizes per (database, mode). PostgreSQL gets the full figures; MariaDB and SQLite a
 # reduced set (smaller N), labelled as such in the report.
@@ -37,22 +38,30 @@ SIZES: dict[tuple[str, str], dict[str, Any]] = {
                                storage=20000, drain=20000, latency=100, backlog_small=10000,
                                backlog_large=1_000_000, backlog_window=200_000,
                                drain_timeout=120, fill_call=50_000, workflow=10_000,
-                               workflow_rounds=2, workflow_processes=2),
+                               workflow_rounds=2, workflow_processes=2,
+                               partition_drain=10_000, partition_history=20_000_000,
+                               partition_days=10, churn_seconds=300),
     ("other", "full"): dict(single=2000, single_reps=3, bulk=10000, bulk_reps=3,
                             storage=10000, drain=10000, latency=50, backlog_small=10000,
                             backlog_large=100_000, backlog_window=20_000,
                             drain_timeout=90, fill_call=20_000, workflow=10_000,
-                            workflow_rounds=2, workflow_processes=2),
+                            workflow_rounds=2, workflow_processes=2,
+                            partition_drain=0, partition_history=0, partition_days=0,
+                            churn_seconds=0),
     ("postgres", "quick"): dict(single=500, single_reps=1, bulk=5000, bulk_reps=1,
                                 storage=2000, drain=3000, latency=20, backlog_small=2000,
                                 backlog_large=20_000, backlog_window=5000,
                                 drain_timeout=30, fill_call=20_000, workflow=3000,
-                                workflow_rounds=1, workflow_processes=2),
+                                workflow_rounds=1, workflow_processes=2,
+                                partition_drain=2000, partition_history=200_000,
+                                partition_days=2, churn_seconds=15),
     ("other", "quick"): dict(single=300, single_reps=1, bulk=2000, bulk_reps=1,
                              storage=1000, drain=1000, latency=10, backlog_small=1000,
                              backlog_large=5000, backlog_window=1000,
                              drain_timeout=30, fill_call=5000, workflow=1000,
-                             workflow_rounds=1, workflow_processes=2),
+                             workflow_rounds=1, workflow_processes=2,
+                             partition_drain=0, partition_history=0, partition_days=0,
+                             churn_seconds=0),
 }
 LATENCY_SPACING = 0.05  # seconds between latency jobs, like the peer harness
 
@@ -379,7 +388,7 @@ RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "enqueue": phase_enqueue, "bulk": phase_bulk, "storage": phase_storage,
     "drain": phase_drain, "latency": phase_latency, "backlog": phase_backlog,
     "flow": phase_flow, "workflow": phase_workflow, "tracing": phase_tracing,
-    "pgbouncer": phase_pgbouncer,
+    "pgbouncer": phase_pgbouncer, "partitioned": phase_partitioned,
 }
 
 

@@ -33,7 +33,7 @@ from kathikon.exceptions import ActionNotAllowed, InvalidState, KathikonError
 from kathikon.ids import parse_id
 from kathikon.models import Job
 from kathikon.states import JobState
-from kathikon.storage import events, reports, vendor
+from kathikon.storage import events, partitions, reports, vendor
 from kathikon.storage import jobs as job_storage
 from kathikon.storage import queues as queue_storage
 from kathikon.storage.bulk import retry_chunk
@@ -320,6 +320,7 @@ def prune(*, older_than: float | dt.timedelta | None = None, chunk: int = 1000,
     total = 0
     for database in conf.databases():  # queues on several databases: each one's jobs
         with vendor.using(database):
+            total += partitions.drop_expired(before)
             while True:
                 deleted = job_storage.prune_jobs(before, limit=chunk)
                 total += deleted

@@ -35,6 +35,29 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> None:
         for alias in connections:
             if connections[alias].vendor == "sqlite":
                 assert connections[alias].features.supports_json_field
+        if PARTITIONED:
+            partition_test_databases()
+
+
+#: ``KATHIKON_PARTITIONED=1``: the suite runs on a partitioned job table (PostgreSQL;
+#: docs/partitioning.md), as one lane of the test matrix does.
+PARTITIONED = os.environ.get("KATHIKON_PARTITIONED", "") == "1"
+
+
+def partition_test_databases() -> None:
+    """Partition the job table of each PostgreSQL test database (not mirrors)."""
+    from django.db import connections
+
+    from kathikon.storage import partitions, vendor
+
+    for alias in connections:
+        settings = connections[alias].settings_dict
+        if (connections[alias].vendor != "postgresql" or settings["TEST"].get("MIRROR")
+                or settings["NAME"] != settings["TEST"].get("NAME")):
+            continue  # a mirror, or a database this session did not set up
+        with vendor.using(alias):
+            if not partitions.is_partitioned():
+                partitions.enable()
 
 
 @pytest.fixture

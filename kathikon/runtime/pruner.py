@@ -1,6 +1,8 @@
 """Internal: the pruner — forgets finished jobs and long-gone nodes.
 
-Runs every ``PRUNE_INTERVAL`` on every node. Terminal jobs (completed, dead,
+Runs every ``PRUNE_INTERVAL`` on every node. Where the job table is partitioned
+(``storage.partitions``) it first creates the days ahead and drops the expired
+ones. Terminal jobs (completed, dead,
 cancelled) that finished more than ``RETENTION_PERIOD`` ago are deleted with
 their history events in chunks of ``limit`` rows, one short transaction per
 chunk, so a big table is never locked for long. Node rows stopped, or silent,
@@ -57,9 +59,16 @@ class Pruner(PeriodicService):
 
     def run_once(self) -> Pruned:
         before = self.now() - dt.timedelta(seconds=self.retention)
+        # A partitioned job table (PostgreSQL): days ahead are made, expired days dropped
+        # whole; what is left to delete row by row is the live partition's few.
+        storage.partitions.maintain(now=self.node_cutoff(),
+                                    retention=dt.timedelta(seconds=self.retention))
+        # Partitioned, a retention of a day or more leaves the day partitions' jobs to go
+        # with their day (kept up to a day longer); a shorter one deletes them row by row.
+        whole_days = self.retention >= 86400
         jobs = 0
         for _ in range(self.max_chunks):
-            deleted = storage.prune_jobs(before, limit=self.limit)
+            deleted = storage.prune_jobs(before, limit=self.limit, whole_days=whole_days)
             jobs += deleted
             if deleted < self.limit or self.stopping:
                 break

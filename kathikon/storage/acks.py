@@ -19,6 +19,7 @@ from kathikon.models import Job
 from kathikon.states import EXECUTING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import batches, notify, prepared, vendor
 from kathikon.storage.fragments import EXECUTING_SQL
+from kathikon.storage.partitions import live, on_live
 from kathikon.storage.settle import Settled, settle, step_members
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
@@ -65,7 +66,7 @@ UPDATE kathikon_job AS j
 SET state = 'completed', completed_at = %s, result = v.result::jsonb,
     unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[], %s::text[]) AS v(id, lease, result)
-WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING}
+WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING} /*live:j*/
 RETURNING j.id::text
 """
 
@@ -73,7 +74,7 @@ _PG_COMPLETE_NO_RESULT = f"""
 UPDATE kathikon_job AS j
 SET state = 'completed', completed_at = %s, result = NULL, unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[]) AS v(id, lease)
-WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING}
+WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING} /*live:j*/
 RETURNING j.id::text
 """
 
@@ -157,10 +158,10 @@ def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
     leases = "{" + ",".join([str(int(ack.job.lease)) for ack in acks]) + "}"
     with prepared.cursor() as cursor:
         if all(ack.result is None for ack in acks):
-            cursor.execute(_PG_COMPLETE_NO_RESULT, [now, ids, leases])
+            cursor.execute(on_live(_PG_COMPLETE_NO_RESULT), [now, ids, leases])
         else:
             results = [None if ack.result is None else json.dumps(ack.result) for ack in acks]
-            cursor.execute(_PG_COMPLETE, [now, ids, leases, results])
+            cursor.execute(on_live(_PG_COMPLETE), [now, ids, leases, results])
         # The ids come back as text (PostgreSQL writes uuids as str() does): matched against
         # the texts sent, no UUID is parsed per row.
         returned = {row[0] for row in cursor.fetchall()}
@@ -234,9 +235,9 @@ def _changes(ack: Ack, now: dt.datetime) -> dict[str, Any]:
 
 def _write_one(ack: Ack, now: dt.datetime) -> bool:
     job = ack.job
-    return bool(Job.objects.using(vendor.alias()).filter(
+    return bool(live(Job.objects.using(vendor.alias()).filter(
         id=job.id, lease=job.lease, state__in=EXECUTING_STATES,
-    ).update(**_changes(ack, now), unique_key=key_after(ack.state)))
+    )).update(**_changes(ack, now), unique_key=key_after(ack.state)))
 
 
 def _apply_locally(ack: Ack, now: dt.datetime) -> None:

@@ -20,6 +20,7 @@ from kathikon.models import Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import prepared, vendor
 from kathikon.storage.fragments import CLAIMABLE_SQL
+from kathikon.storage.partitions import on_live
 from kathikon.storage.rows import JOB_COLUMNS, JOB_COLUMNS_MYSQL, fetch_jobs, jobs_from_rows
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
@@ -36,11 +37,11 @@ SET state = %(into)s, attempts = j.attempts + 1, started_at = {{now}},
 WHERE j.id = ANY(ARRAY(
     SELECT id FROM kathikon_job
     WHERE queue = %(queue)s AND state IN ({CLAIMABLE_SQL}) AND available_at <= {{now}}
-      AND NOT suspect
+      AND NOT suspect /*live*/
       AND NOT EXISTS (SELECT 1 FROM kathikon_queue WHERE name = %(queue)s AND paused)
     ORDER BY priority DESC, available_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
+    FOR UPDATE SKIP LOCKED)) /*live:j*/
 RETURNING {", ".join("j." + c.strip('"') for c in JOB_COLUMNS.split(", "))}
 """
 
@@ -84,8 +85,8 @@ def claim_jobs(queue: str, limit: int, node: str, *, into: str = JobState.RUNNIN
 
 def _claim_postgres(queue: str, limit: int, node: str, into: str,
                     now: dt.datetime | None) -> list[Job]:
-    sql = _PG_CLAIM.format(now="%(now)s" if now else "statement_timestamp()",
-                           key=key_after_sql(into, "j"))
+    sql = on_live(_PG_CLAIM.format(now="%(now)s" if now else "statement_timestamp()",
+                                   key=key_after_sql(into, "j")))
     params: dict[str, Any] = {
         "queue": queue, "limit": limit, "node": node, "into": into, "now": now}
     with prepared.cursor() as cursor:

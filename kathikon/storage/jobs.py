@@ -14,6 +14,7 @@ from kathikon.models import Job, JobEvent, Workflow, WorkflowDep
 from kathikon.states import EXECUTING_STATES, PENDING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
+from kathikon.storage.partitions import expired_ids, live, partitioned
 from kathikon.storage.settle import FAILED_STATES, Member, settle, step_members
 from kathikon.storage.uniques import key_after
 from kathikon.unique import holds
@@ -161,11 +162,11 @@ def promote_scheduled(now: dt.datetime | None = None, *, limit: int = 1000) -> i
     """Scheduled jobs that are due become available, ``limit`` at a time; returns how many."""
     now = now or vendor.now()
     with vendor.atomic():
-        ids = list(jobs().filter(state=JobState.SCHEDULED, available_at__lte=now)
+        ids = list(live(jobs().filter(state=JobState.SCHEDULED, available_at__lte=now))
                    .order_by("available_at").values_list("id", flat=True)[:limit])
         if not ids:
             return 0
-        query = jobs().filter(id__in=ids, state=JobState.SCHEDULED)
+        query = live(jobs().filter(id__in=ids, state=JobState.SCHEDULED))
         queues = set(query.values_list("queue", flat=True).distinct())
         promoted = query.update(state=JobState.AVAILABLE,
                                 unique_key=key_after(JobState.AVAILABLE))
@@ -173,11 +174,18 @@ def promote_scheduled(now: dt.datetime | None = None, *, limit: int = 1000) -> i
     return promoted
 
 
-def prune_jobs(before: dt.datetime, *, limit: int = 1000) -> int:
-    """Delete up to ``limit`` terminal jobs finished before ``before`` (and their events)."""
+def prune_jobs(before: dt.datetime, *, limit: int = 1000, whole_days: bool = False) -> int:
+    """Delete up to ``limit`` terminal jobs finished before ``before`` (and their events).
+
+    ``whole_days`` (the pruner's): where the job table is partitioned, leave the day
+    partitions' jobs alone, which ``partitions.maintain`` drops a whole day at a time.
+    """
     with vendor.atomic():
-        ids = list(jobs().filter(state__in=TERMINAL_STATES, completed_at__lt=before)
-                   .order_by("completed_at").values_list("id", flat=True)[:limit])
+        if whole_days and partitioned():
+            ids = expired_ids(before, limit)
+        else:
+            ids = list(jobs().filter(state__in=TERMINAL_STATES, completed_at__lt=before)
+                       .order_by("completed_at").values_list("id", flat=True)[:limit])
         if not ids:
             return 0
         JobEvent.objects.using(vendor.alias()).filter(job_id__in=ids).delete()

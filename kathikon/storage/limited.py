@@ -36,6 +36,7 @@ from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storable import MAX_INT
 from kathikon.storage import vendor
 from kathikon.storage.fragments import CLAIMABLE_SQL, EXECUTING_SQL
+from kathikon.storage.partitions import on_live
 from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
 from kathikon.storage.uniques import key_after, key_after_sql
 from kathikon.unique import holds
@@ -141,12 +142,12 @@ def _claim_locked(row: Queue, limit: int, node: str, limits: Limits, into: str,
 _PG_LOCK = ("SELECT paused, rate_window, rate_count, clock_timestamp() FROM kathikon_queue "
             "WHERE name = %s FOR UPDATE")
 _PG_EXECUTING = (f"SELECT count(*) FROM kathikon_job WHERE queue = %s "
-                 f"AND state IN ({EXECUTING_SQL})")
+                 f"AND state IN ({EXECUTING_SQL}) /*live*/")
 _PG_CLAIM = f"""
 WITH picked AS (
     SELECT id FROM kathikon_job
     WHERE queue = %(queue)s AND state IN ({CLAIMABLE_SQL}) AND available_at <= %(now)s
-      AND NOT suspect
+      AND NOT suspect /*live*/
     ORDER BY priority DESC, available_at
     LIMIT %(budget)s
     FOR UPDATE SKIP LOCKED),
@@ -154,7 +155,7 @@ claimed AS (
     UPDATE kathikon_job AS j
     SET state = %(into)s, attempts = j.attempts + 1, started_at = %(now)s,
         attempted_by = %(node)s, lease = j.lease + 1, unique_key = {{key}}
-    FROM picked WHERE j.id = picked.id
+    FROM picked WHERE j.id = picked.id /*live:j*/
     RETURNING {", ".join("j." + c.strip('"') for c in JOB_COLUMNS.split(", "))}){{bump}}
 SELECT * FROM claimed
 """
@@ -187,15 +188,15 @@ def _claim_postgres(queue: str, limit: int, node: str, limits: Limits, into: str
             if limits.rate_allowed - used < budget:
                 budget, held_by = max(0, limits.rate_allowed - used), "rate_limit"
         if limits.global_limit:  # a statement of its own: its snapshot follows the lock
-            cursor.execute(_PG_EXECUTING, [queue])
+            cursor.execute(on_live(_PG_EXECUTING), [queue])
             executing = cursor.fetchone()[0]
             if limits.global_limit - executing < budget:
                 budget, held_by = max(0, limits.global_limit - executing), "global_limit"
         if budget <= 0:
             return Claimed([], held_by if _any_due(queue, clock) else None)
         # The pick's LIMIT is a constant: the planner walks the claim index and stops.
-        sql = _PG_CLAIM.format(key=key_after_sql(into, "j"),
-                               bump=_PG_BUMP if window is not None else "")
+        sql = on_live(_PG_CLAIM.format(key=key_after_sql(into, "j"),
+                                       bump=_PG_BUMP if window is not None else ""))
         jobs = fetch_jobs(cursor, sql, {"queue": queue, "now": clock, "budget": budget,
                                         "into": into, "node": node, "window": window,
                                         "used": used})

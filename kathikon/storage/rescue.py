@@ -53,6 +53,7 @@ from kathikon.models import Batch, Job, Node
 from kathikon.states import EXECUTING_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
+from kathikon.storage.partitions import live
 from kathikon.storage.settle import settle, step_members
 from kathikon.storage.uniques import key_after
 from kathikon.unique import holds
@@ -115,7 +116,7 @@ def held_jobs(node: str) -> list[Job]:
 def _candidates(cutoff: dt.datetime | None, nodes: Sequence[str] | None,
                 limit: int) -> list[Job]:
     using = vendor.alias()
-    query = Job.objects.using(using).filter(state__in=EXECUTING_STATES)
+    query = live(Job.objects.using(using).filter(state__in=EXECUTING_STATES))
     if nodes is not None:
         query = query.filter(attempted_by__in=list(nodes))
     else:
@@ -149,8 +150,8 @@ def _rescue_one(job: Job, node: Node | None, now: dt.datetime, rescuer: str,
     else:
         changes["available_at"] = now
     # Fenced: only while the job is still executing under the lease we read.
-    written = Job.objects.using(vendor.alias()).filter(
-        id=job.id, lease=job.lease, state__in=EXECUTING_STATES).update(
+    written = live(Job.objects.using(vendor.alias()).filter(
+        id=job.id, lease=job.lease, state__in=EXECUTING_STATES)).update(
             **changes, unique_key=key_after(state))
     if not written:
         return None

@@ -16,6 +16,7 @@ from typing import Any
 from kathikon.models import Workflow
 from kathikon.states import JobState
 from kathikon.storage import prepared, vendor
+from kathikon.storage.partitions import on_live
 from kathikon.storage.settled import Member, Settled
 from kathikon.storage.uniques import key_after_sql
 
@@ -58,7 +59,7 @@ SET deps_waiting = GREATEST(0, j.deps_waiting + c.dw),
                       WHEN j.available_at > %(now)s THEN {key_scheduled}
                       ELSE {key_available} END
 FROM c
-WHERE j.id = c.id AND j.state IN ('waiting', 'held', 'cancelled')
+WHERE j.id = c.id AND j.state IN ('waiting', 'held', 'cancelled') /*live:j*/
 RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
           j.workflow_id, j.step,
           CASE WHEN j.state IN ('available', 'scheduled') THEN NULL ELSE j.errors END,
@@ -87,10 +88,10 @@ def count_steps(frontier: list[Member], now: dt.datetime,
     if workflows:
         parts.append(_PG_EDGES_ON_WORKFLOWS.format(index=len(params)))
         params.append(workflows)
-    sql = _PG_COUNT.format(
+    sql = on_live(_PG_COUNT.format(
         edges=" UNION ALL ".join(parts), released=_PG_RELEASED,
         key_scheduled=key_after_sql(JobState.SCHEDULED, "j"),
-        key_available=key_after_sql(JobState.AVAILABLE, "j"))
+        key_available=key_after_sql(JobState.AVAILABLE, "j")))
     arguments: dict[str, Any] = {
         "ids": _array([m.id for m in frontier]),
         "failed": _array([int(m.failed) for m in frontier]),

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from django.db import OperationalError
+from django.db import OperationalError, ProgrammingError
 from django.db.models import Case, F, Value, When
 from django.db.models.lookups import GreaterThan
 
@@ -32,6 +32,7 @@ from kathikon.states import JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.errors import lost_a_race
 from kathikon.storage.fragments import states_sql
+from kathikon.storage.partitions import forget_layout, insert_table, layout_changed
 from kathikon.storage.rows import JOB_COLUMNS, fetch_jobs
 from kathikon.unique import STATE_BITS
 
@@ -166,9 +167,11 @@ def _set_replaced(replace: Sequence[str], new: str, old: str) -> list[str]:
     return sets
 
 
+# ``INSERT INTO {table} AS kathikon_job``: the live partition where the table is partitioned
+# (storage.partitions.insert_table: the unique index is the live partition's).
 _PG_INSERT_ONE = f"""
 WITH ins AS (
-    INSERT INTO kathikon_job ({COLUMNS})
+    INSERT INTO {{table}} AS kathikon_job ({COLUMNS})
     VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s,
             0, '[]'::jsonb, '', 0)
     {_CONFLICT} DO NOTHING
@@ -180,9 +183,23 @@ SELECT unique_key, id, (SELECT count(*) FROM (
 
 
 def _insert_postgres(rows: Sequence[JobRow], replace: Sequence[str]) -> dict[str, uuid.UUID]:
+    try:
+        return _insert_postgres_once(rows, replace)
+    except ProgrammingError as exc:
+        if not layout_changed(exc) or vendor.connection().in_atomic_block:
+            raise
+        # `kathikon_partition enable` or `disable` ran since this connection read the layout:
+        # the statement failed whole, nothing was written; read the layout and go again.
+        forget_layout()
+        return _insert_postgres_once(rows, replace)
+
+
+def _insert_postgres_once(rows: Sequence[JobRow],
+                          replace: Sequence[str]) -> dict[str, uuid.UUID]:
     if len(rows) == 1 and not replace:  # the single insert: VALUES, no arrays to build
         with vendor.connection().cursor() as cursor:
-            cursor.execute(_PG_INSERT_ONE, _values(rows[0], vendor.connection()))
+            cursor.execute(_PG_INSERT_ONE.format(table=insert_table()),
+                           _values(rows[0], vendor.connection()))
             return {key: _uuid(pk) for key, pk, _ in cursor.fetchall()}
     columns = list(zip(*(_values(row, vendor.connection()) for row in rows), strict=True))
     if replace:
@@ -192,7 +209,7 @@ def _insert_postgres(rows: Sequence[JobRow], replace: Sequence[str]) -> dict[str
         action = "DO NOTHING"
     sql = f"""
     WITH ins AS (
-        INSERT INTO kathikon_job ({COLUMNS})
+        INSERT INTO {insert_table()} AS kathikon_job ({COLUMNS})
         SELECT u.*, 0, '[]'::jsonb, '', 0 FROM unnest(
             %s::uuid[], %s::text[], %s::text[], %s::jsonb[], %s::text[], %s::smallint[],
             %s::integer[], %s::timestamptz[], %s::timestamptz[], %s::timestamptz[],
