@@ -54,11 +54,13 @@ def phase_partitioned(size: dict[str, Any], progress: Any, log_dir: Path,
                                           "finished", keep_history=True)
     out["prune"] = _drop_oldest_day(progress)
     out["churn_seconds"] = size["churn_seconds"]
-    dbs.reset()  # both churns start from an empty table
-    out["churn_partitioned"] = _churn(size, progress, log_dir, "partitioned")
+    if size["churn_seconds"]:
+        dbs.reset()  # both churns start from an empty table
+        out["churn_partitioned"] = _churn(size, progress, log_dir, "partitioned")
     partitions.disable(keep_history=False)
-    dbs.reset()
-    out["churn_plain"] = _churn(size, progress, log_dir, "plain")
+    if size["churn_seconds"]:
+        dbs.reset()
+        out["churn_plain"] = _churn(size, progress, log_dir, "plain")
     empty, full = out["partitioned_empty"], out["partitioned_history"]
     out["drain_ratio"] = full["rate"] / empty["rate"] if empty["rate"] else None
     out["claim_ratio"] = (full["claim_ms_median"] / empty["claim_ms_median"]

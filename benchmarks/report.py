@@ -200,6 +200,8 @@ def _partitioned(what: str) -> Callable[[dict[str, Any]], str]:
                     f"({result['claim_ratio']:.2f}x)")
         if what == "prune":
             return f"{_count(result['prune']['rows'])} jobs in {result['prune']['seconds']:.3f} s"
+        if "churn_plain" not in result:
+            return "-"
         parted, plain = result["churn_partitioned"], result["churn_plain"]
         return (f"{_count(parted['dead_tuples'])} / {parted['bytes'] / 2**20:,.0f} MB vs "
                 f"{_count(plain['dead_tuples'])} / {plain['bytes'] / 2**20:,.0f} MB plain "

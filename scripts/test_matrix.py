@@ -8,6 +8,11 @@
                         reaching PostgreSQL through the tests' own PgBouncer in
                         transaction mode (tests/pgbouncer.py), listening directly
 
+lts/postgres and primary/pgbouncer run on a partitioned job table
+(``KATHIKON_PARTITIONED=1``, docs/partitioning.md): between them every test, the
+whole-process ones (kill -9, the lifeline, fencing) included, also passes with
+partitioning on; primary/postgres keeps the plain table.
+
 The runs go side by side in four lanes of about equal length (most of their time is
 spent waiting on worker processes, not computing): primary/postgres but tests/ops;
 primary/sqlite then lts/sqlite; primary/mariadb then lts/mariadb; lts/postgres, then
@@ -34,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 LIVE = ("primary", "postgres")  # the longest run: its progress is printed as it goes
+#: runs on a partitioned job table (docs/partitioning.md): the plain one is primary/postgres's
+PARTITIONED = {("lts", "postgres"), ("primary", "pgbouncer")}
 
 Run = tuple[str, str, Path]  # (line, database, virtualenv)
 Result = tuple[str, int, float, Path]  # (label, exit code, seconds, log)
@@ -137,6 +144,8 @@ def run_lane(lane: list[Run], reports: Path, extra: list[str]) -> list[Result]:
             if not extra:
                 args.append("tests/ops")
             env.update(KATHIKON_DB="postgres", KATHIKON_DB_SUFFIX=suffix + "_ops")
+        if (line, db) in PARTITIONED:
+            env["KATHIKON_PARTITIONED"] = "1"
         if db == "pgbouncer":
             args += ["-m", "slow"]
             if not any(arg.startswith("tests") for arg in extra):

@@ -9,6 +9,7 @@ from django.db.models import Count, Exists, OuterRef
 from kathikon.models import Batch, Job, Queue
 from kathikon.states import CLAIMABLE_STATES, EXECUTING_STATES, JobState
 from kathikon.storage import vendor
+from kathikon.storage.partitions import live
 
 
 def executing_jobs(node: str, queue: str) -> list[Job]:
@@ -19,8 +20,8 @@ def executing_jobs(node: str, queue: str) -> list[Job]:
     """
     open_batch = Batch.objects.using(vendor.alias()).filter(
         parent_job_id=OuterRef("id"), status=Batch.Status.OPEN)
-    return list(Job.objects.using(vendor.alias()).filter(
-        queue=queue, attempted_by=node, state__in=EXECUTING_STATES)
+    return list(live(Job.objects.using(vendor.alias()).filter(
+        queue=queue, attempted_by=node, state__in=EXECUTING_STATES))
         .exclude(Exists(open_batch)).order_by())
 
 
@@ -33,8 +34,8 @@ def count_due_jobs(queues: Iterable[str]) -> int:
     if not names:
         return 0
     states = [*CLAIMABLE_STATES, JobState.SCHEDULED]
-    return Job.objects.using(using).filter(
-        queue__in=sorted(names), state__in=states, available_at__lte=vendor.now()).count()
+    return live(Job.objects.using(using).filter(
+        queue__in=sorted(names), state__in=states, available_at__lte=vendor.now())).count()
 
 
 def due_jobs_elsewhere(queues: Iterable[str]) -> dict[str, int]:

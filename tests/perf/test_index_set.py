@@ -20,12 +20,16 @@ ACKED_INTO = {"kathikon_job_pkey", "kathikon_job_inserted", "kathikon_job_comple
 
 
 def indexes_holding(job_id: object) -> set[str]:
-    """The indexes of kathikon_job whose condition (if any) holds for the row ``job_id``."""
+    """The indexes of kathikon_job whose condition (if any) holds for the row ``job_id``.
+
+    On a partitioned table (docs/partitioning.md) the indexes are the live partition's,
+    under the same names; every day partition has copies of them."""
     with connection.cursor() as cursor:
         cursor.execute("""
             SELECT c.relname, pg_get_expr(i.indpred, i.indrelid)
             FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
-            WHERE i.indrelid = 'kathikon_job'::regclass""")
+            WHERE i.indrelid = coalesce(to_regclass('kathikon_job_live'),
+                                        'kathikon_job'::regclass)""")
         held = set()
         for name, condition in cursor.fetchall():
             cursor.execute(f"SELECT {condition or 'true'} FROM kathikon_job WHERE id = %s",
