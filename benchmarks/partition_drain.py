@@ -3,9 +3,11 @@
 PostgreSQL only. In order:
 
 1. claim latency and drain rate of ``partition_drain`` new jobs on the empty plain
-   table, then on the empty partitioned one (``kathikon_partition enable``);
-2. ``partition_history`` finished jobs loaded into the past ``partition_days`` days
-   (``generate_series``, not run), then the same claims and drain beside them;
+   table, for reference;
+2. ``kathikon_partition enable``; ``partition_history`` finished jobs loaded into the
+   past ``partition_days`` days (``generate_series``, not run); then the same claims
+   and drain with those days detached (an empty table) and attached, alternated
+   empty, history, history, empty so that a machine's drifting load hits both alike;
 3. the oldest day dropped by ``partitions.maintain`` (what every pruner does);
 4. churn: a worker kept busy for ``churn_seconds`` on each layout, then each table's
    size and dead tuples (``pg_stat_user_tables``).
@@ -24,6 +26,7 @@ from typing import Any
 
 from benchmarks import dbs
 
+ORDER = ("empty", "history", "history", "empty")
 CLAIMS = 200
 CLAIM_SIZE = 10
 HISTORY_QUEUE = "history"
@@ -47,11 +50,20 @@ def phase_partitioned(size: dict[str, Any], progress: Any, log_dir: Path,
     dbs.reset()  # an empty table: no legacy partition (docs/partitioning.md)
     enabled = partitions.enable()
     out["enable_locked_s"] = enabled.locked_seconds
-    out["partitioned_empty"] = _measure(n, size, progress, log_dir, "partitioned, empty")
     out["load"] = _load_history(size["partition_history"], size["partition_days"], progress)
-    out["partitioned_history"] = _measure(n, size, progress, log_dir,
-                                          f"partitioned, {size['partition_history']:,} "
-                                          "finished", keep_history=True)
+    history = [p for p in partitions.partitions()
+               if p.kind == "day" and p.lower is not None and p.lower < dt.date.today()]
+    runs: dict[str, list[dict[str, Any]]] = {"empty": [], "history": []}
+    for kind in ORDER:  # the same history detached (empty) and attached again
+        _attach(history, attached=kind == "history")
+        label = ("partitioned, empty" if kind == "empty" else
+                 f"partitioned, {size['partition_history']:,} finished")
+        runs[kind].append(_measure(n, size, progress, log_dir, label, keep_history=True))
+    _attach(history, attached=True)
+    for kind, done in runs.items():
+        out[f"partitioned_{kind}"] = {
+            key: statistics.median(run[key] for run in done)
+            for key in ("rate", "claim_ms_median", "claim_ms_p95")} | {"runs": done}
     out["prune"] = _drop_oldest_day(progress)
     out["churn_seconds"] = size["churn_seconds"]
     if size["churn_seconds"]:
@@ -71,6 +83,19 @@ def phase_partitioned(size: dict[str, Any], progress: Any, log_dir: Path,
              f"{empty['claim_ms_median']:.2f} ms; a day of {out['prune']['rows']:,} jobs "
              f"dropped in {out['prune']['seconds']:.3f} s", final=True)
     return out
+
+
+def _attach(history: list[Any], *, attached: bool) -> None:
+    """Attach or detach the partitions holding the loaded history (each kept whole)."""
+    from kathikon.storage import partitions
+
+    names = {p.name for p in partitions.partitions()}
+    for p in history:
+        if attached and p.name not in names:
+            dbs.execute(f"ALTER TABLE kathikon_job ATTACH PARTITION {p.name} FOR VALUES "
+                        f"FROM ('{p.lower.isoformat()}') TO ('{p.upper.isoformat()}')")
+        elif not attached and p.name in names:
+            dbs.execute(f"ALTER TABLE kathikon_job DETACH PARTITION {p.name}")
 
 
 def _measure(n: int, size: dict[str, Any], progress: Any, log_dir: Path, label: str, *,

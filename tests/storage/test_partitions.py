@@ -23,6 +23,7 @@ from kathikon.models import Job
 from kathikon.storage import partitions
 from kathikon.storage.claims import _PG_CLAIM
 from tests import workers
+from tests.concurrency import run_at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -139,25 +140,9 @@ def test_statements_on_live_jobs_read_only_the_live_partition(partitioned: None)
 
 def test_maintain_from_two_threads_creates_each_day_once(partitioned: None) -> None:
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=10)
-    results: list[partitions.Maintained] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(partitions.maintain(now=later, retention=dt.timedelta(days=30),
-                                               ahead=3))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
-    created = sorted(name for result in results for name in result.created)
+    results = run_at_once(lambda _: partitions.maintain(
+        now=later, retention=dt.timedelta(days=30), ahead=3), threads=2)
+    created = sorted(name for result in results if result for name in result.created)
     wanted = [partitions.day_name(later.date() + dt.timedelta(days=d)) for d in range(4)]
     assert created == wanted  # each once, by one thread or the other
     names = {p.name for p in partitions.partitions()}
