@@ -33,6 +33,7 @@ waits at most ``lock_timeout`` for its lock and is tried again next round.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -383,15 +384,14 @@ def maintain(*, now: dt.datetime, retention: dt.timedelta, ahead: int = 3,
     for offset in range(ahead + 1):
         day = today + dt.timedelta(days=offset)
         name = day_name(day)
-        done = _locked(lambda cursor, day=day: _create_missing(cursor, day), lock_timeout)
+        done = _locked(functools.partial(_create_missing, day=day), lock_timeout)
         if done is None:
             skipped.append(name)
         elif done:
             created.append(name)
     for partition in partitions():
         if partition.expired(now - retention):
-            done = _locked(lambda cursor, p=partition: _drop(cursor, p.name) is not None,
-                           lock_timeout)
+            done = _locked(functools.partial(_dropped, name=partition.name), lock_timeout)
             if done is None:
                 skipped.append(partition.name)
             elif done:
@@ -405,7 +405,7 @@ def create_days(first: dt.date, last: dt.date, *, lock_timeout: float = 10.0) ->
     created = []
     day = first
     while day <= last:
-        if _locked(lambda cursor, day=day: _create_missing(cursor, day), lock_timeout):
+        if _locked(functools.partial(_create_missing, day=day), lock_timeout):
             created.append(day_name(day))
         day += dt.timedelta(days=1)
     return created
@@ -452,6 +452,10 @@ def _drop(cursor: Any, name: str, *, count: bool = False) -> int | None:
     return rows
 
 
+def _dropped(cursor: Any, name: str) -> bool:
+    return _drop(cursor, name) is not None
+
+
 def drop_expired(before: dt.datetime, *, lock_timeout: float = 10.0) -> int:
     """Drop the partitions whose jobs all finished before ``before``; how many jobs went
     (``kathikon_ops prune``). Nothing on a plain table."""
@@ -460,7 +464,7 @@ def drop_expired(before: dt.datetime, *, lock_timeout: float = 10.0) -> int:
         return total
     for partition in partitions():
         if partition.expired(before):
-            done = _locked(lambda cursor, p=partition: _drop(cursor, p.name, count=True),
+            done = _locked(functools.partial(_drop, name=partition.name, count=True),
                            lock_timeout)
             total += done or 0
     return total

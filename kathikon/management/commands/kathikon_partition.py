@@ -62,8 +62,9 @@ class Command(BaseCommand):
     def do_status(self, options: dict[str, Any]) -> None:
         found = partitions.partitions()
         if options["json"]:
-            rows = [{**asdict(p), "lower": _iso(p.lower), "upper": _iso(p.upper)} for p in found]
-            self.stdout.write(json.dumps({"partitioned": bool(found), "partitions": rows}))
+            listed = [{**asdict(p), "lower": _iso(p.lower), "upper": _iso(p.upper)}
+                      for p in found]
+            self.stdout.write(json.dumps({"partitioned": bool(found), "partitions": listed}))
             return
         if not found:
             self.stdout.write("The job table is not partitioned.")
