@@ -1,8 +1,13 @@
-"""Internal: how ``kathikon_ops`` shows one value in a table cell (times, ages, long text)."""
+"""Internal: how the management commands show values in a table (times, ages, long text,
+sizes) and the table itself."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from django.template.defaultfilters import filesizeformat
 
 
 def when(value: dt.datetime | None) -> str | None:
@@ -22,3 +27,18 @@ def clip(text: str, width: int) -> str:
     """One line of at most ``width`` characters: a table row stays one row."""
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def size(count: int) -> str:
+    """Bytes as people read them (``2.1 GB``)."""
+    return str(filesizeformat(count)).replace("\xa0", " ")
+
+
+def table_lines(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Aligned columns, ``-`` for a missing value, ``(none)`` under an empty table."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row]
+                                           for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+             .rstrip() for row in cells]
+    return lines if rows else [*lines, "(none)"]

@@ -80,8 +80,10 @@ def key_sql(alias: str = "") -> str:
 def live_only(alias: str = "") -> str:
     """`` AND <key> = 'infinity'`` where the table is partitioned, so that a statement on
     live jobs looks only at the live partition; nothing on a plain table."""
-    if not partitioned():
-        return ""
+    return _live_clause(alias) if partitioned() else ""
+
+
+def _live_clause(alias: str) -> str:
     return f" AND ({key_sql(alias)}) = 'infinity'::date"
 
 
@@ -93,7 +95,7 @@ def on_live(sql: str) -> str:
     """``sql`` with each ``/*live*/`` or ``/*live:<alias>*/`` mark made :func:`live_only`."""
     if "/*live" not in sql or not partitioned():
         return sql  # the marks are comments: a plain table's statement keeps them
-    return _MARKS.sub(lambda match: live_only(match.group(1) or ""), sql)
+    return _MARKS.sub(lambda match: _live_clause(match.group(1) or ""), sql)
 
 
 _MARKS = re.compile(r"/\*live(?::(\w+))?\*/")
@@ -104,7 +106,7 @@ def live(queryset: QuerySet[Any]) -> QuerySet[Any]:
     a lookup by id then probes one index, not one per day."""
     if not partitioned(connections[queryset.db]):
         return queryset
-    return queryset.extra(where=[f"({key_sql(TABLE)}) = 'infinity'::date"])
+    return queryset.extra(where=[_live_clause(TABLE).removeprefix(" AND ")])
 
 
 def insert_table() -> str:
@@ -142,14 +144,16 @@ def layout_changed(exc: BaseException) -> bool:
     return getattr(exc.__cause__, "sqlstate", None) in ("42P10", "42P01")
 
 
+_LAYOUT_SQL = ("SELECT EXISTS (SELECT 1 FROM pg_partitioned_table "
+               f"WHERE partrelid = to_regclass('{TABLE}'))")
+
+
 def _read_layout(raw: Any) -> bool:
     """Outside Django's query log: the check is ours, as ``prepared`` does it."""
-    sql = ("SELECT EXISTS (SELECT 1 FROM pg_partitioned_table "
-           f"WHERE partrelid = to_regclass('{TABLE}'))")
     if hasattr(raw, "info"):  # psycopg 3
-        return bool(raw.execute(sql).fetchone()[0])
+        return bool(raw.execute(_LAYOUT_SQL).fetchone()[0])
     with raw.cursor() as cursor:  # psycopg 2
-        cursor.execute(sql)
+        cursor.execute(_LAYOUT_SQL)
         return bool(cursor.fetchone()[0])
 
 
@@ -158,8 +162,7 @@ def is_partitioned() -> bool:
     if not vendor.is_postgres():
         return False
     with vendor.connection().cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_partitioned_table "
-                       "WHERE partrelid = to_regclass(%s))", [TABLE])
+        cursor.execute(_LAYOUT_SQL)
         return bool(cursor.fetchone()[0])
 
 
@@ -198,8 +201,8 @@ _BOUND = re.compile(r"FROM \((.+)\) TO \((.+)\)")
 
 
 def partitions() -> list[Partition]:
-    """The job table's partitions, oldest first (empty where the table is plain)."""
-    if not is_partitioned():
+    """The job table's partitions, oldest first (none where the table is plain)."""
+    if not vendor.is_postgres():
         return []
     with vendor.connection().cursor() as cursor:
         cursor.execute("""
@@ -292,16 +295,13 @@ def enable(*, ahead: int = 3, lock_timeout: float = 10.0,
         live_rows = cursor.rowcount
         cursor.execute(f"ALTER TABLE {TABLE} ATTACH PARTITION {LIVE} "
                        "FOR VALUES FROM ('infinity') TO (MAXVALUE)")
-        cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM {LEGACY} LIMIT 1) AS one")
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {LEGACY})")
         created = [LIVE]
-        legacy_rows = 0
         first_day = today
         if cursor.fetchone()[0]:
             first_day = today + dt.timedelta(days=1)
             cursor.execute(f"ALTER TABLE {TABLE} ATTACH PARTITION {LEGACY} "
                            f"FOR VALUES FROM (MINVALUE) TO ('{first_day.isoformat()}')")
-            cursor.execute(f"SELECT count(*) FROM {LEGACY}")
-            legacy_rows = cursor.fetchone()[0]
             created.append(LEGACY)
         else:
             cursor.execute(f"DROP TABLE {LEGACY}")
@@ -312,6 +312,11 @@ def enable(*, ahead: int = 3, lock_timeout: float = 10.0,
             created.append(_create_day(cursor, first_day + dt.timedelta(days=offset)))
         locked = time.monotonic() - started
     forget_layout(connection)
+    legacy_rows = 0
+    if LEGACY in created:  # counted once the table is unlocked: a pass of its own
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {LEGACY}")
+            legacy_rows = cursor.fetchone()[0]
     return Enabled(locked_seconds=locked, live_rows=live_rows, legacy_rows=legacy_rows,
                    created=created)
 
@@ -378,7 +383,7 @@ def maintain(*, now: dt.datetime, retention: dt.timedelta, ahead: int = 3,
     created: list[str] = []
     dropped: list[str] = []
     skipped: list[str] = []
-    if not is_partitioned():
+    if not partitions():  # a plain table (or not PostgreSQL): one catalog read
         return Maintained(created, dropped, skipped)
     today = now.astimezone(dt.timezone.utc).date()
     for offset in range(ahead + 1):
@@ -460,8 +465,6 @@ def drop_expired(before: dt.datetime, *, lock_timeout: float = 10.0) -> int:
     """Drop the partitions whose jobs all finished before ``before``; how many jobs went
     (``kathikon_ops prune``). Nothing on a plain table."""
     total = 0
-    if not partitioned():
-        return total
     for partition in partitions():
         if partition.expired(before):
             done = _locked(functools.partial(_drop, name=partition.name, count=True),

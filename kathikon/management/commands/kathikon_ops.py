@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kathikon import conf, dashboard, known_queues, report, workflows
 from kathikon.exceptions import ActionNotAllowed, InvalidWorkflow, KathikonError, NotMigrated
 from kathikon.management import workflow_views as views
-from kathikon.management.cells import age, clip, when
+from kathikon.management.cells import age, clip, table_lines, when
 from kathikon.models import Workflow
 from kathikon.states import JobState
 from kathikon.storable import MAX_INT
@@ -312,14 +312,8 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(data, indent=2, default=jsonable))
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row]
-                                               for row in rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-        for row in cells:
-            self.stdout.write("  ".join(cell.ljust(width) for cell, width
-                                        in zip(row, widths, strict=True)).rstrip())
-        if not rows:
-            self.stdout.write("(none)")
+        for line in table_lines(headers, rows):
+            self.stdout.write(line)
 
 
 #: Who the history of a step cancelled or released here names.

@@ -16,6 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kathikon import conf
+from kathikon.management.cells import size, table_lines
 from kathikon.storage import partitions, vendor
 
 
@@ -69,14 +70,11 @@ class Command(BaseCommand):
         if not found:
             self.stdout.write("The job table is not partitioned.")
             return
-        rows = [[p.name, p.kind, _iso(p.lower) or "-", _iso(p.upper) or "-", f"{p.rows:,}",
-                 _size(p.bytes)] for p in found]
-        headers = ["PARTITION", "KIND", "FROM", "TO", "ROWS (EST.)", "SIZE"]
-        cells = [headers, *rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-        for row in cells:
-            self.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-                              .rstrip())
+        rows = [[p.name, p.kind, _iso(p.lower), _iso(p.upper), f"{p.rows:,}", size(p.bytes)]
+                for p in found]
+        for line in table_lines(["PARTITION", "KIND", "FROM", "TO", "ROWS (EST.)", "SIZE"],
+                                rows):
+            self.stdout.write(line)
 
     def do_maintain(self, options: dict[str, Any]) -> None:
         done = partitions.maintain(now=vendor.db_now(),
@@ -101,10 +99,3 @@ class Command(BaseCommand):
 def _iso(day: dt.date | None) -> str | None:
     return day.isoformat() if day else None
 
-
-def _size(count: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if count < 1024:
-            return f"{count:.0f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return f"{count:.1f} TB"
