@@ -119,7 +119,7 @@ class WorkflowFilter(admin.SimpleListFilter):
         pk = parse_id(value)
         if pk is None:
             raise IncorrectLookupParameters(f"workflow: not a workflow id: {value!r:.80}")
-        return queryset.filter(workflow_id=pk)
+        return queryset.filter(id__in=workflow_storage.step_ids(pk, using=queryset.db))
 
 
 # -- dates -----------------------------------------------------------------------------------

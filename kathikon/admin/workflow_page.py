@@ -140,12 +140,12 @@ def workflow_url(pk: uuid.UUID) -> str:
 # -- internals ------------------------------------------------------------------------------
 
 def _steps(workflow_id: uuid.UUID) -> list[Step]:
-    return [Step(*values) for values in Job.objects.using(vendor.read_alias())
-            .filter(workflow_id=workflow_id).order_by("id").values_list(*STEP_COLUMNS)]
+    return [Step(*values) for values in store.steps_of(workflow_id, using=vendor.read_alias())
+            .order_by("id").values_list(*STEP_COLUMNS)]
 
 
 def _edges(workflow_id: uuid.UUID) -> list[Edge]:
-    steps = Job.objects.using(vendor.read_alias()).filter(workflow_id=workflow_id).values("id")
+    steps = store.step_ids(workflow_id, using=vendor.read_alias())
     return [Edge(*values) for values in WorkflowDep.objects.using(vendor.read_alias())
             .filter(job_id__in=Subquery(steps)).order_by("id")
             .values_list("job_id", "dep_job_id", "dep_workflow_id", "name")]
@@ -210,8 +210,8 @@ def _sub_deps(workflow_id: uuid.UUID,
     if not sub_ids:
         return []
     jobs = Job.objects.using(vendor.read_alias())
-    sub_steps = jobs.filter(workflow_id__in=sorted(sub_ids)).values("id")
-    our_steps = jobs.filter(workflow_id=workflow_id).values("id")
+    sub_steps = store.step_ids(sorted(sub_ids), using=vendor.read_alias())
+    our_steps = store.step_ids(workflow_id, using=vendor.read_alias())
     found = (WorkflowDep.objects.using(vendor.read_alias())
              .filter(job_id__in=Subquery(sub_steps), dep_job_id__in=Subquery(our_steps))
              .annotate(sub=Subquery(jobs.filter(id=OuterRef("job_id"))

@@ -10,7 +10,7 @@ from django.db.models import Q
 
 from kathikon.exceptions import InvalidState, JobExecuting, JobNotFound
 from kathikon.ids import new_id, parse_id
-from kathikon.models import Job, JobEvent, Workflow, WorkflowDep
+from kathikon.models import Job, JobEvent, Workflow, WorkflowDep, WorkflowStep
 from kathikon.states import EXECUTING_STATES, PENDING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import notify, vendor
 from kathikon.storage.events import record_event
@@ -75,8 +75,10 @@ def update_job(job: Job, **changes: Any) -> Job:
 
 def delete_job(job_id: object) -> None:
     pk = job_pk(job_id)
-    if not jobs().filter(pk=pk).delete()[0]:
-        raise JobNotFound(f"no job with id {pk.hex}")
+    with vendor.atomic():
+        if not jobs().filter(pk=pk).delete()[0]:
+            raise JobNotFound(f"no job with id {pk.hex}")
+        WorkflowStep.objects.using(vendor.alias()).filter(job_id=pk).delete()
 
 
 def cancel_job(job_id: object, *, actor: str = "") -> Job:
@@ -190,6 +192,7 @@ def prune_jobs(before: dt.datetime, *, limit: int = 1000, whole_days: bool = Fal
             return 0
         JobEvent.objects.using(vendor.alias()).filter(job_id__in=ids).delete()
         WorkflowDep.objects.using(vendor.alias()).filter(job_id__in=ids).delete()
+        WorkflowStep.objects.using(vendor.alias()).filter(job_id__in=ids).delete()
         return jobs().filter(id__in=ids).filter(
             Q(state__in=TERMINAL_STATES)).delete()[0]
 
@@ -198,6 +201,7 @@ def clear_jobs() -> None:
     """Delete every job, event and workflow (tests)."""
     JobEvent.objects.using(vendor.alias()).all().delete()
     WorkflowDep.objects.using(vendor.alias()).all().delete()
+    WorkflowStep.objects.using(vendor.alias()).all().delete()
     Workflow.objects.using(vendor.alias()).all().delete()
     jobs().all().delete()
 

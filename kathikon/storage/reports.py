@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, Q, Value
 from django.db.models.functions import TruncMinute
 
-from kathikon.models import Job, JobEvent, Node
+from kathikon.models import Job, JobEvent, Node, WorkflowStep
 from kathikon.states import (
     CLAIMABLE_STATES,
     EXECUTING_STATES,
@@ -449,6 +449,7 @@ def delete_jobs(ids: Iterable[uuid.UUID]) -> tuple[list[uuid.UUID], list[uuid.UU
                    or (workflow_id is not None and state not in TERMINAL_STATES)]
         deletable = [pk for pk in rows if pk not in set(refused)]
         JobEvent.objects.using(vendor.alias()).filter(job_id__in=deletable).delete()
+        WorkflowStep.objects.using(vendor.alias()).filter(job_id__in=deletable).delete()
         jobs.filter(id__in=deletable).exclude(state__in=EXECUTING_STATES).delete()
     return deletable, refused
 

@@ -16,18 +16,19 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Exists, F, OuterRef
+from django.db import IntegrityError
+from django.db.models import Count, Exists, F, OuterRef, QuerySet
 
 from kathikon.exceptions import InvalidState, InvalidWorkflow, WorkflowFinished, WorkflowNotFound
 from kathikon.ids import parse_id
 from kathikon.jobspec import JobRow
-from kathikon.models import Job, Workflow, WorkflowDep
+from kathikon.models import Job, Workflow, WorkflowDep, WorkflowStep
 from kathikon.states import PENDING_STATES, TERMINAL_STATES, JobState
-from kathikon.storage import notify, vendor
+from kathikon.storage import notify, prepared, vendor
 from kathikon.storage.events import record_event, record_events
 from kathikon.storage.inserts import insert_jobs
 from kathikon.storage.schema import explain_missing_schema
@@ -89,6 +90,28 @@ def _deps() -> Any:
     return WorkflowDep.objects.using(vendor.alias())
 
 
+def _names() -> Any:
+    return WorkflowStep.objects.using(vendor.alias())
+
+
+def step_ids(workflow_ids: uuid.UUID | Iterable[uuid.UUID], *,
+             using: str | None = None) -> QuerySet[WorkflowStep, Any]:
+    """The ids of these workflows' steps, as a subquery: ``Job.objects.filter(id__in=…)``
+    reads a workflow's steps by primary key (the job table has no index on its workflow)."""
+    ids = [workflow_ids] if isinstance(workflow_ids, uuid.UUID) else list(workflow_ids)
+    names = WorkflowStep.objects.using(using or vendor.alias())
+    query = names.filter(workflow_id=ids[0]) if len(ids) == 1 else names.filter(
+        workflow_id__in=ids)
+    return query.values("job_id")
+
+
+def steps_of(workflow_ids: uuid.UUID | Iterable[uuid.UUID], *,
+             using: str | None = None) -> QuerySet[Job]:
+    """The steps of these workflows (any state)."""
+    using = using or vendor.alias()
+    return Job.objects.using(using).filter(id__in=step_ids(workflow_ids, using=using))
+
+
 def fetch_workflow(workflow_id: object) -> Workflow:
     pk = workflow_pk(workflow_id)
     row = workflows().filter(pk=pk).first()
@@ -103,6 +126,18 @@ def fetch_workflow(workflow_id: object) -> Workflow:
 def insert_workflow(plan: Plan) -> Inserted:
     """Write ``plan`` in one transaction; ``InvalidWorkflow`` or ``WorkflowFinished`` write
     nothing (a savepoint inside the caller's transaction, which stays usable)."""
+    try:
+        return _insert(plan)
+    except IntegrityError as exc:
+        if WorkflowStep._meta.db_table not in str(exc) and "kathikon_step_name" not in str(exc):
+            raise
+        # Two appends of one name at once: the second one's names clash (the check before
+        # the insert read the workflow's names before the first one committed).
+        raise InvalidWorkflow("a step name is used twice in the workflow (appended by "
+                              "another transaction meanwhile); nothing was inserted") from exc
+
+
+def _insert(plan: Plan) -> Inserted:
     with explain_missing_schema(), vendor.atomic():
         now = vendor.now()
         jobs, finished = _lock_outside(plan)
@@ -130,6 +165,7 @@ def insert_workflow(plan: Plan) -> Inserted:
         _count_members(plan, now)
         ids = insert_jobs(plan.rows)
         _check_unique(plan.rows, ids)
+        _name_steps(plan.rows)
         _deps().bulk_create(
             [WorkflowDep(job_id=row_id, dep_job_id=dep.job_id, dep_workflow_id=dep.workflow_id,
                          name=dep.name)
@@ -197,6 +233,32 @@ def _count_members(plan: Plan, now: dt.datetime) -> None:
             steps_total=F("steps_total") + steps[plan.append_to])
 
 
+_PG_NAME_STEPS = """
+INSERT INTO kathikon_workflowstep (job_id, workflow_id, step)
+SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::text[])
+"""
+_NAME_CHUNK = 10_000  # steps per statement (PostgreSQL; elsewhere bulk_create's batches)
+
+
+def _name_steps(rows: Sequence[JobRow]) -> None:
+    """One kathikon_workflowstep row per step: its name, unique in its workflow."""
+    steps = [(row.id, row.workflow_id, row.step or "") for row in rows
+             if row.workflow_id is not None]
+    if not vendor.is_postgres():
+        _names().bulk_create([WorkflowStep(job_id=pk, workflow_id=workflow_id, step=step)
+                              for pk, workflow_id, step in steps], batch_size=300)
+        return
+    with prepared.cursor() as cursor:
+        for start in range(0, len(steps), _NAME_CHUNK):
+            chunk = steps[start:start + _NAME_CHUNK]
+            # ids as array literals of 32 hex digits: psycopg would dump a list of UUIDs
+            # element by element in Python; names may need quoting, so they go as a list.
+            cursor.execute(_PG_NAME_STEPS, [
+                "{" + ",".join(pk.hex for pk, _, _ in chunk) + "}",
+                "{" + ",".join(workflow_id.hex for _, workflow_id, _ in chunk) + "}",
+                [step for _, _, step in chunk]])
+
+
 def _check_unique(rows: Sequence[JobRow], ids: list[uuid.UUID]) -> None:
     """A unique step whose key another job holds refuses the whole insert; the keyed
     rows went in through the unique path, which writes no workflow columns: add them."""
@@ -229,7 +291,7 @@ def cancel_workflow(workflow_id: object, *, actor: str = "") -> tuple[Workflow, 
         # Lock order (kathikon.storage.settle): the steps, then what settling them locks
         # (steps waiting on them, then workflows), and only then this tree's workflow rows.
         rows = list(_jobs().select_for_update().filter(
-            workflow_id__in=tree, state__in=PENDING_STATES).order_by("id")
+            id__in=step_ids(tree), state__in=PENDING_STATES).order_by("id")
             .values_list("id", "workflow_id"))
         if not workflows().filter(pk__in=tree, status=Workflow.Status.RUNNING,
                                   cancelled_at__isnull=True).exists():
@@ -293,8 +355,8 @@ def release_step(job_id: object, *, actor: str = "") -> tuple[Job, Settled]:
 
 def find_steps(workflow_id: uuid.UUID, names: Sequence[str]) -> dict[str, uuid.UUID]:
     """``{step name: job id}`` of the named steps of an inserted workflow."""
-    return dict(_jobs().filter(workflow_id=workflow_id, step__in=list(names))
-                .values_list("step", "id"))
+    return dict(_names().filter(workflow_id=workflow_id, step__in=list(names))
+                .values_list("step", "job_id"))
 
 
 def find_sub_workflows(parent_id: uuid.UUID, names: Sequence[str]) -> dict[str, uuid.UUID]:
@@ -312,9 +374,9 @@ def dep_results(job: Job) -> dict[str, Any]:
     results = dict(_jobs().filter(id__in=on_jobs).values_list("id", "result")) if on_jobs else {}
     steps: dict[uuid.UUID, dict[str, Any]] = defaultdict(dict)
     if on_workflows:
-        for workflow_id, step, result in (_jobs().filter(workflow_id__in=on_workflows)
+        for workflow_id, step, result in (steps_of(on_workflows)
                                           .values_list("workflow_id", "step", "result")):
-            steps[workflow_id][step] = result
+            steps[workflow_id][step or ""] = result
     return {name: results.get(on_job) if on_job is not None else steps.get(on_workflow, {})
             for name, on_job, on_workflow in edges}
 
@@ -328,7 +390,7 @@ def jobs_by_ids(ids: Sequence[uuid.UUID]) -> list[Job]:
 
 def workflow_steps(workflow_id: uuid.UUID) -> list[Job]:
     """The steps of one workflow, oldest first."""
-    return list(_jobs().filter(workflow_id=workflow_id).order_by("id"))
+    return list(steps_of(workflow_id).order_by("id"))
 
 
 def workflow_edges(step_ids: Sequence[uuid.UUID]) -> list[WorkflowDep]:
@@ -343,7 +405,7 @@ def workflow_edges(step_ids: Sequence[uuid.UUID]) -> list[WorkflowDep]:
 def count_steps(workflow_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, int]]:
     """``{workflow id: {state: count}}`` of their steps."""
     counts: dict[uuid.UUID, dict[str, int]] = defaultdict(dict)
-    for row in (_jobs().filter(workflow_id__in=list(workflow_ids)).order_by()
+    for row in (steps_of(workflow_ids).order_by()
                 .values("workflow_id", "state").annotate(n=Count("id"))):
         counts[row["workflow_id"]][row["state"]] = row["n"]
     return counts
@@ -362,7 +424,7 @@ def list_workflows(*, status: str | None = None, name: str | None = None,
 def prune_workflows(before: dt.datetime, *, limit: int = 1000) -> int:
     """Delete finished workflows older than ``before`` whose steps are all pruned."""
     with vendor.atomic():
-        steps = _jobs().filter(workflow_id=OuterRef("pk"))
+        steps = _names().filter(workflow_id=OuterRef("pk"))  # deleted with their jobs
         ids = list(workflows().exclude(status=Workflow.Status.RUNNING)
                    .filter(finished_at__lt=before).exclude(Exists(steps))
                    .order_by("finished_at").values_list("id", flat=True)[:limit])
@@ -374,5 +436,6 @@ def prune_workflows(before: dt.datetime, *, limit: int = 1000) -> int:
 
 __all__ = ["DepRef", "Inserted", "Plan", "cancel_workflow", "count_steps", "dep_results",
            "fetch_workflow", "find_steps", "find_sub_workflows", "insert_workflow",
-           "list_workflows", "prune_workflows", "release_step", "workflow_edges", "workflow_pk",
+           "list_workflows", "prune_workflows", "release_step", "step_ids", "steps_of",
+           "workflow_edges", "workflow_pk",
            "workflow_steps", "workflows"]

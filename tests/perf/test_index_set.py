@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from kathikon.states import JobState
+from tests import workers
 from tests.ops.conftest import make_job
 
 CLAIMED_INTO = {"kathikon_job_pkey", "kathikon_job_inserted", "kathikon_job_executing"}
@@ -51,3 +53,24 @@ def test_a_claim_and_an_ack_touch_only_their_own_indexes(vendor):
     # A failure is rare and stays in the admin's (state, id), (queue, …) and (worker, …).
     assert {"kathikon_job_state", "kathikon_job_queue_state",
             "kathikon_job_worker_state"} <= indexes_holding(dead.id)
+
+
+@pytest.mark.django_db
+def test_a_workflow_step_touches_no_more_indexes_than_a_plain_job(vendor):
+    """No index on the job table names a step's workflow (its name lives in
+    kathikon_workflowstep): a release, claim and ack of a step write what a plain job's do."""
+    if vendor != "postgresql":
+        pytest.skip("the general indexes are partial on PostgreSQL only")
+    import kathikon
+    from kathikon.models import Job
+
+    wf = kathikon.Workflow("indexes")
+    wf.add("a", workers.Succeed)
+    wf.insert()
+    step = Job.objects.get(workflow_id=wf.id, step="a")
+    available = make_job(state=JobState.AVAILABLE)
+    assert indexes_holding(step.id) == indexes_holding(available.id)
+    for state, expected in ((JobState.RUNNING, CLAIMED_INTO), (JobState.COMPLETED, ACKED_INTO)):
+        completed_at = timezone.now() if state == JobState.COMPLETED else None
+        Job.objects.filter(pk=step.pk).update(state=state, attempts=1, completed_at=completed_at)
+        assert indexes_holding(step.id) == expected
