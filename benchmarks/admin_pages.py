@@ -26,6 +26,7 @@ from typing import Any
 
 TARGET_MS = 300.0
 TARGETED = {"queues", "overview", "job list", "job list: state=dead", "job list: queue+state",
+            "job list: state=available", "job list: queue+available", "job list: queue",
             "job list: worker", "job list: state=completed", "job list: worker+completed",
             "job list: inserted range", "job list: finished range", "job list: page 20",
             "job list: search id", "job detail (dead)", "job list: dead, args key",
@@ -187,6 +188,10 @@ def _pages() -> list[tuple[str, str]]:
         ("job list: state=dead", f"{jobs}?state=dead"),
         ("job list: queue+state", f"{jobs}?queue=emails&state=retryable"),
         ("job list: worker", f"{jobs}?worker=app.workers.Webhook"),
+        # Available jobs are in the claim index, not the (state, id) ones, on PostgreSQL.
+        ("job list: state=available", f"{jobs}?state=available"),
+        ("job list: queue+available", f"{jobs}?queue=emails&state=available"),
+        ("job list: queue", f"{jobs}?queue=emails"),
         # Completed and running jobs are outside the (state, id) indexes on PostgreSQL.
         ("job list: state=completed", f"{jobs}?state=completed"),
         ("job list: worker+completed", f"{jobs}?worker=app.workers.Webhook&state=completed"),

@@ -19,7 +19,13 @@ from kathikon.ids import new_id
 from kathikon.indexes import PartialIndex, PartialUniqueConstraint
 from kathikon.limits import LIMIT_KEYS
 from kathikon.limits import parse as parse_limits
-from kathikon.states import CLAIMABLE_STATES, RESTING_STATES, TERMINAL_STATES, JobState
+from kathikon.states import (
+    CLAIMABLE_STATES,
+    LISTED_STATES,
+    RESTING_STATES,
+    TERMINAL_STATES,
+    JobState,
+)
 
 __all__ = ["Batch", "CronSchedule", "Job", "JobEvent", "JobState", "Node", "Queue",
            "RateWindow", "Workflow", "WorkflowDep"]
@@ -112,9 +118,13 @@ class Job(models.Model):
             # index whose condition matched running or completed rows took an entry twice
             # per job. Executing jobs are found through kathikon_job_executing (few rows),
             # completed ones through kathikon_job_completed and kathikon_job_done.
-            PartialIndex(fields=["state", "id"], where=Q(state__in=RESTING_STATES),
+            # Available jobs are left out of the first two: the claim index holds them by
+            # queue, and an insert or a step's release then writes two entries fewer (a
+            # fan-out of 10,000 steps released in 0.14 s instead of 0.18). The worker's
+            # index keeps them: no other index finds a worker's available jobs.
+            PartialIndex(fields=["state", "id"], where=Q(state__in=LISTED_STATES),
                          partial_on=("postgresql",), name="kathikon_job_state"),
-            PartialIndex(fields=["queue", "state", "id"], where=Q(state__in=RESTING_STATES),
+            PartialIndex(fields=["queue", "state", "id"], where=Q(state__in=LISTED_STATES),
                          partial_on=("postgresql",), name="kathikon_job_queue_state"),
             PartialIndex(fields=["worker", "state", "id"], where=Q(state__in=RESTING_STATES),
                          partial_on=("postgresql",), name="kathikon_job_worker_state"),

@@ -40,6 +40,11 @@ BLOCKED_STATES = (JobState.WAITING, JobState.HELD)
 #: these, so a claim (into running) and an ack (into completed) add no entry to them.
 RESTING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE, JobState.DEAD,
                   JobState.CANCELLED, JobState.WAITING, JobState.HELD)
+#: The resting states but ``available``: what the admin's ``(state, id)`` and ``(queue,
+#: state, id)`` indexes hold on PostgreSQL. Available jobs are found by queue through the
+#: claim index, which holds them anyway; two entries fewer for every insert and for every
+#: workflow step a finished dependency releases.
+LISTED_STATES = tuple(state for state in RESTING_STATES if state != JobState.AVAILABLE)
 
 #: Every transition the storage layer may perform, as (from, to).
 TRANSITIONS: frozenset[tuple[str, str]] = frozenset(

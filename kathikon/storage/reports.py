@@ -26,6 +26,7 @@ from kathikon.models import Job, JobEvent, Node, WorkflowStep
 from kathikon.states import (
     CLAIMABLE_STATES,
     EXECUTING_STATES,
+    LISTED_STATES,
     RESTING_STATES,
     TERMINAL_STATES,
     JobState,
@@ -58,9 +59,10 @@ def queue_state_counts(cap: int | None = None) -> list[dict[str, Any]]:
 
 def _postgres_counts(cap: int | None) -> list[dict[str, Any]]:
     """One count per (queue, state), each state written out as a constant so the planner
-    counts it on its own index: the resting states' ``(queue, state, id)``, the executing
-    jobs' index for claimed and running, ``kathikon_job_done`` for completed (index-only
-    scans; the general indexes leave executing and completed jobs out)."""
+    counts it on its own index: ``(queue, state, id)`` for the resting states, the claim
+    index for available, the executing jobs' index for claimed and running,
+    ``kathikon_job_done`` for completed (the general indexes leave executing, completed
+    and available jobs out)."""
     table = vendor.table(Job)
     limit = "" if cap is None else "LIMIT %s"
     counts = ",\n".join(
@@ -328,20 +330,24 @@ def _loose_scan(name: str, column: str, table: str, where: str) -> str:
 def _queues_cte() -> tuple[str, list[Any]]:
     """The queues that hold jobs (PostgreSQL), a ``queues`` CTE for ``WITH RECURSIVE``.
 
-    A loose scan of the resting jobs' ``(queue, state, id)`` and of the completed jobs'
-    ``(queue, worker)``, and the executing jobs' queues (few rows). Each WHERE repeats its
-    index's condition, states as constants, so the planner can use the partial index.
+    A loose scan of the resting jobs' ``(queue, state, id)``, of the claim index (available
+    jobs are only there) and of the completed jobs' ``(queue, worker)``, and the executing
+    jobs' queues (few rows). Each WHERE repeats its index's condition, states as
+    constants, so the planner can use the partial index.
     """
-    table, resting, done = vendor.table(Job), _in(RESTING_STATES), "state = %s"
+    table, done = vendor.table(Job), "state = %s"
+    listed, claimable = _in(LISTED_STATES), _in(CLAIMABLE_STATES)
     sql = f"""
-        {_loose_scan("resting", "queue", table, resting)},
+        {_loose_scan("resting", "queue", table, listed)},
+        {_loose_scan("claimable", "queue", table, claimable)},
         {_loose_scan("done", "queue", table, done)}, queues AS (
             SELECT queue FROM resting WHERE queue IS NOT NULL
+            UNION SELECT queue FROM claimable WHERE queue IS NOT NULL
             UNION SELECT queue FROM done WHERE queue IS NOT NULL
             UNION SELECT queue FROM {table} WHERE {_in(EXECUTING_STATES)}
         )"""
-    return sql, [*RESTING_STATES, *RESTING_STATES, JobState.COMPLETED, JobState.COMPLETED,
-                 *EXECUTING_STATES]
+    return sql, [*LISTED_STATES, *LISTED_STATES, *CLAIMABLE_STATES, *CLAIMABLE_STATES,
+                 JobState.COMPLETED, JobState.COMPLETED, *EXECUTING_STATES]
 
 
 def _workers_sql(hops: int) -> tuple[str, list[Any]]:
@@ -377,9 +383,10 @@ def matching(column: str, value: str) -> Q:
 
     On PostgreSQL the general indexes hold resting jobs only, so a bare ``worker = 'x'``
     has no index path to x's completed and executing jobs: for a rare value the planner
-    walks the whole table (0.85 s at 10M jobs). Spelled as resting OR completed OR
-    executing, each branch matches one partial index and a rare value is a BitmapOr of
-    three probes; a common one is still a walk of the primary key. Completed jobs are
+    walks the whole table (0.85 s at 10M jobs). Spelled as resting OR available OR
+    completed OR executing, each branch matches one partial index (available jobs: the
+    worker's index, or the claim index for a queue) and a rare value is a BitmapOr of a
+    few probes; a common one is still a walk of the primary key. Completed jobs are
     found by ``(queue, worker)``, so a worker's branch names every queue that holds
     completed jobs (the same loose scan as the queue filter's choices; a queue whose very
     first job completes between that scan and the list is missed on that page); past
@@ -398,7 +405,8 @@ def matching(column: str, value: str) -> Q:
         if len(queues) > QUEUE_LIST_CAP:
             return bare
         completed &= Q(queue__in=queues)
-    return bare & (Q(state__in=RESTING_STATES) | completed | Q(state__in=EXECUTING_STATES))
+    return bare & (Q(state__in=LISTED_STATES) | Q(state=JobState.AVAILABLE) | completed
+                   | Q(state__in=EXECUTING_STATES))
 
 
 #: At most this many queues are named in a worker filter (see ``matching``).

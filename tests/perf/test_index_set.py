@@ -56,6 +56,19 @@ def test_a_claim_and_an_ack_touch_only_their_own_indexes(vendor):
 
 
 @pytest.mark.django_db
+def test_an_available_job_is_in_the_claim_index_not_the_state_ones(vendor):
+    """The claim index holds available jobs by queue; (state, id) and (queue, state, id)
+    leave them out (an insert and a step's release write two entries fewer), the worker's
+    index keeps them (nothing else finds a worker's available jobs)."""
+    if vendor != "postgresql":
+        pytest.skip("the general indexes are partial on PostgreSQL only")
+    available = make_job(state=JobState.AVAILABLE)
+    assert indexes_holding(available.id) == {
+        "kathikon_job_pkey", "kathikon_job_inserted", "kathikon_job_claim",
+        "kathikon_job_worker_state"}
+
+
+@pytest.mark.django_db
 def test_a_workflow_step_touches_no_more_indexes_than_a_plain_job(vendor):
     """No index on the job table names a step's workflow (its name lives in
     kathikon_workflowstep): a release, claim and ack of a step write what a plain job's do."""
