@@ -321,6 +321,20 @@ def enable(*, ahead: int = 3, lock_timeout: float = 10.0,
                    created=created)
 
 
+def _inherited_index_names(cursor: Any, partition: str) -> list[tuple[str, str]]:
+    """``(index, its parent's name)`` for the indexes of ``partition`` that belong to an
+    index of the partitioned table: those a migration added while the table was
+    partitioned, which PostgreSQL named after the partition (``kathikon_job_live_…``)."""
+    cursor.execute("""
+        SELECT child.relname, parent.relname
+        FROM pg_index x
+        JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+        JOIN pg_class child ON child.oid = x.indexrelid
+        JOIN pg_class parent ON parent.oid = i.inhparent
+        WHERE x.indrelid = %s::regclass ORDER BY 1""", [partition])
+    return [(own, name) for own, name in cursor.fetchall()]
+
+
 def _index_definitions(cursor: Any, table: str) -> list[tuple[str, str, bool]]:
     cursor.execute("""
         SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisprimary
@@ -503,9 +517,14 @@ def disable(*, keep_history: bool = True, lock_timeout: float = 10.0,
             cursor.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout * 1000)}ms'")
             cursor.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
             started = time.monotonic()
+            inherited = _inherited_index_names(cursor, LIVE)
             cursor.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {LIVE}")
             cursor.execute(f"ALTER TABLE {TABLE} RENAME TO {HISTORY}")
             cursor.execute(f"ALTER TABLE {LIVE} RENAME TO {TABLE}")
+            for own, name in inherited:  # the names Django's migrations know come back
+                history_name = f"{HISTORY}_{name.removeprefix(TABLE + '_')}"[:63]
+                cursor.execute(f'ALTER INDEX "{name}" RENAME TO "{history_name}"')
+                cursor.execute(f'ALTER INDEX "{own}" RENAME TO "{name}"')
             locked = time.monotonic() - started
         forget_layout(connection)
     copied = dropped = 0

@@ -205,6 +205,22 @@ def test_disable_puts_the_plain_table_back_with_its_history(partitioned: None) -
     assert Job.objects.count() == len(before) + 1
 
 
+def test_an_index_a_migration_added_while_partitioned_keeps_its_name_after_disable(
+        partitioned: None) -> None:
+    """A migration's AddIndex on the partitioned table names the live partition's copy
+    after the partition; the way back gives it the name the migrations know, so a later
+    RemoveIndex finds it."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE INDEX kathikon_job_migrated ON kathikon_job (priority, id)")
+    call_command("kathikon_partition", "disable", stdout=io.StringIO())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'kathikon_job'")
+        names = {name for (name,) in cursor.fetchall()}
+        assert "kathikon_job_migrated" in names
+        assert not any(name.startswith(partitions.LIVE) for name in names), names
+        cursor.execute("DROP INDEX kathikon_job_migrated")  # what RemoveIndex runs
+
+
 def test_the_command_reports_the_partitions(partitioned: None) -> None:
     out = io.StringIO()
     call_command("kathikon_partition", "status", "--json", stdout=out)
