@@ -119,8 +119,8 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
                 acked.settled = settle(step_members(
                     (ack.job.id, ack.job.workflow_id, ack.state) for ack in steps
                     if ack.job.id in acked.written and ack.state in TERMINAL_STATES), now=now)
-            woken = {ack.job.queue for ack in acks
-                     if ack.job.id in acked.written and ack.state == JobState.AVAILABLE}
+            woken = {ack.job.queue for ack in others  # snoozed or released: available now
+                     if ack.state == JobState.AVAILABLE and ack.job.id in acked.written}
             notify.notify(notify.AVAILABLE, woken)
     acked.held = set(held)
     acked.written |= acked.held
