@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs
+from benchmarks.workflow_drain import order
 
-ORDER = ("empty", "history", "history", "empty")
 CLAIMS = 200
 CLAIM_SIZE = 10
 HISTORY_QUEUE = "history"
@@ -54,7 +54,8 @@ def phase_partitioned(size: dict[str, Any], progress: Any, log_dir: Path,
     history = [p for p in partitions.partitions()
                if p.kind == "day" and p.lower is not None and p.lower < dt.date.today()]
     runs: dict[str, list[dict[str, Any]]] = {"empty": [], "history": []}
-    for kind in ORDER:  # the same history detached (empty) and attached again
+    # the same history detached (empty) and attached again: E H H E, E H H E … per round
+    for kind in order(2 * max(1, size.get("partition_rounds", 1)), ("empty", "history")):
         _attach(history, attached=kind == "history")
         label = ("partitioned, empty" if kind == "empty" else
                  f"partitioned, {size['partition_history']:,} finished")
