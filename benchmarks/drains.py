@@ -16,6 +16,18 @@ from benchmarks import dbs
 from benchmarks.procs import Workers, machine_busy_seconds, tree_cpu_seconds
 
 
+def order(pairs: int, kinds: tuple[str, ...]) -> list[str]:
+    """``pairs`` pairs of the two kinds, alternated A B, B A, A B … (one kind: ``pairs``
+    runs), so that load drifting on a shared machine hits both kinds alike."""
+    if len(kinds) == 1:
+        return list(kinds) * pairs
+    first, second = kinds
+    turns: list[str] = []
+    for turn in range(pairs):
+        turns += [first, second] if turn % 2 == 0 else [second, first]
+    return turns
+
+
 def fill(n: int, per_call: int, progress: Any = None) -> float:
     """Insert ``n`` no-op jobs with ``insert_many``; returns the seconds it took."""
     import kathikon

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs
-from benchmarks.workflow_drain import order
+from benchmarks.drains import drain, fill, order
 
 CLAIMS = 200
 CLAIM_SIZE = 10
@@ -55,7 +55,7 @@ def phase_partitioned(size: dict[str, Any], progress: Any, log_dir: Path,
                if p.kind == "day" and p.lower is not None and p.lower < dt.date.today()]
     runs: dict[str, list[dict[str, Any]]] = {"empty": [], "history": []}
     # the same history detached (empty) and attached again: E H H E, E H H E … per round
-    for kind in order(2 * max(1, size.get("partition_rounds", 1)), ("empty", "history")):
+    for kind in order(2 * size["partition_rounds"], ("empty", "history")):
         _attach(history, attached=kind == "history")
         label = ("partitioned, empty" if kind == "empty" else
                  f"partitioned, {size['partition_history']:,} finished")
@@ -102,7 +102,6 @@ def _attach(history: list[Any], *, attached: bool) -> None:
 def _measure(n: int, size: dict[str, Any], progress: Any, log_dir: Path, label: str, *,
              keep_history: bool = False) -> dict[str, Any]:
     """Claim latency on ``n`` waiting jobs, then their drain by one worker process."""
-    from benchmarks.drains import drain, fill
     from kathikon import storage
 
     if keep_history:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs
+from benchmarks.drains import order
 from benchmarks.procs import Workers, tree_cpu_seconds
 
 KINDS = ("plain", "workflow")
@@ -58,17 +59,6 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 out[kind][key] = statistics.median(values)
     out["ratio"] = ratio(out.get("plain", {}).get("rate"), out.get("workflow", {}).get("rate"))
     return out
-
-
-def order(pairs: int, kinds: tuple[str, ...] = KINDS) -> list[str]:
-    """``pairs`` pairs of the two kinds, alternated A B, B A, A B … (one kind: ``pairs`` runs)."""
-    if len(kinds) == 1:
-        return list(kinds) * pairs
-    first, second = kinds
-    turns: list[str] = []
-    for turn in range(pairs):
-        turns += [first, second] if turn % 2 == 0 else [second, first]
-    return turns
 
 
 def phase_workflow(size: dict[str, Any], progress: Any, log_dir: Path,

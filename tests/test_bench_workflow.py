@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import report, workflow_drain
+from benchmarks import drains, report, workflow_drain
 from kathikon.models import Job, Workflow
 from kathikon.testing import drain_queue
 from tests.bench_runs import bench_vendor, report_line, run_bench
@@ -42,9 +42,9 @@ def test_summary_of_plain_jobs_alone_has_no_ratio():
 
 
 def test_kinds_alternate_so_drift_hits_both():
-    assert workflow_drain.order(4) == ["plain", "workflow", "workflow", "plain",
-                                       "plain", "workflow", "workflow", "plain"]
-    assert workflow_drain.order(3, ("plain",)) == ["plain", "plain", "plain"]
+    assert drains.order(4, workflow_drain.KINDS) == ["plain", "workflow", "workflow", "plain",
+                                                     "plain", "workflow", "workflow", "plain"]
+    assert drains.order(3, ("plain",)) == ["plain", "plain", "plain"]
 
 
 def test_report_rows_and_target_give_rates_and_ratio():

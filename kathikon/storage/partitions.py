@@ -277,7 +277,7 @@ def enable(*, ahead: int = 3, lock_timeout: float = 10.0,
         indexes = _index_definitions(cursor, TABLE)
         cursor.execute(f"ALTER TABLE {TABLE} RENAME TO {LEGACY}")
         for name, _, _ in indexes:
-            cursor.execute(f'ALTER INDEX "{name}" RENAME TO "{_legacy_name(name)}"')
+            cursor.execute(f'ALTER INDEX "{name}" RENAME TO "{_renamed(name, LEGACY)}"')
         like = "INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS"
         cursor.execute(f"CREATE TABLE {TABLE} (LIKE {LEGACY} {like}) "
                        f"PARTITION BY RANGE (({key_sql()}))")
@@ -343,8 +343,9 @@ def _index_definitions(cursor: Any, table: str) -> list[tuple[str, str, bool]]:
     return [(name, definition, bool(primary)) for name, definition, primary in cursor.fetchall()]
 
 
-def _legacy_name(name: str) -> str:
-    return (name.replace(TABLE, LEGACY, 1) if name.startswith(TABLE) else f"{LEGACY}_{name}")[:63]
+def _renamed(name: str, table: str) -> str:
+    """An index ``name`` of the job table, moved under ``table``'s name (63 characters)."""
+    return (name.replace(TABLE, table, 1) if name.startswith(TABLE) else f"{table}_{name}")[:63]
 
 
 _ON = re.compile(r" ON (?:ONLY )?(?:\S+\.)?" + TABLE + r" USING ")
@@ -522,8 +523,7 @@ def disable(*, keep_history: bool = True, lock_timeout: float = 10.0,
             cursor.execute(f"ALTER TABLE {TABLE} RENAME TO {HISTORY}")
             cursor.execute(f"ALTER TABLE {LIVE} RENAME TO {TABLE}")
             for own, name in inherited:  # the names Django's migrations know come back
-                history_name = f"{HISTORY}_{name.removeprefix(TABLE + '_')}"[:63]
-                cursor.execute(f'ALTER INDEX "{name}" RENAME TO "{history_name}"')
+                cursor.execute(f'ALTER INDEX "{name}" RENAME TO "{_renamed(name, HISTORY)}"')
                 cursor.execute(f'ALTER INDEX "{own}" RENAME TO "{name}"')
             locked = time.monotonic() - started
         forget_layout(connection)

@@ -81,7 +81,8 @@ u AS (
     WHERE j.id = s.id AND j.state IN ('waiting', 'held', 'cancelled') /*live:j*/
     RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
               j.workflow_id, j.step, j.errors, j.available_at, s.dw, s.df),
-v AS (SELECT * FROM unnest(%(workflows)s::uuid[], %(du)s::int[], %(df)s::int[]) AS v(id, du, df)),
+v AS (SELECT * FROM unnest(%(workflows)s::uuid[], %(unfinished)s::int[],
+                          %(workflows_failed)s::int[]) AS v(id, du, df)),
 w AS (
     UPDATE kathikon_workflow AS w
     SET steps_unfinished = GREATEST(0, w.steps_unfinished + v.du),
@@ -122,14 +123,14 @@ def count(frontier: list[Member], workflows: dict[uuid.UUID, list[int]], now: dt
         parts.append(_PG_EDGES_ON_JOBS)
     if any(member.is_workflow for member in frontier):
         parts.append(_PG_EDGES_ON_WORKFLOWS)
-    sql = _statement(" UNION ALL ".join(parts))
+    sql = on_live(_formatted(" UNION ALL ".join(parts)))
     ids = sorted(workflows)
     arguments: dict[str, Any] = {
         "ids": _uuids([m.id for m in frontier]),
         "failed": _ints([int(m.failed) for m in frontier]),
         "sign": _ints([-1 if m.undo else 1 for m in frontier]), "now": now,
-        "workflows": _uuids(ids), "du": _ints([workflows[pk][0] for pk in ids]),
-        "df": _ints([workflows[pk][1] for pk in ids])}
+        "workflows": _uuids(ids), "unfinished": _ints([workflows[pk][0] for pk in ids]),
+        "workflows_failed": _ints([workflows[pk][1] for pk in ids])}
     with prepared.cursor() as cursor:
         cursor.execute(sql, arguments)
         found = cursor.fetchall()
@@ -141,16 +142,17 @@ def count(frontier: list[Member], workflows: dict[uuid.UUID, list[int]], now: dt
     for values in found:
         kind = values[0]
         if kind == "r":  # the steps of one workflow this statement released
-            released[values[7]].extend(zip(values[13].split(","), values[14], strict=True))
-            settled.queues.update(values[15] or ())
+            ids, steps, queues = values[_AT_RELEASED:_AT_WORKFLOW]
+            released[values[_AT_WORKFLOW_ID]].extend(zip(ids.split(","), steps, strict=True))
+            settled.queues.update(queues or ())
         elif kind == "s":
-            row = dict(zip(STEP_FIELDS, values[1:len(STEP_FIELDS) + 1], strict=True))
+            row = dict(zip(STEP_FIELDS, values[1:_AT_ADDED], strict=True))
             if isinstance(row["errors"], str):
                 row["errors"] = json.loads(row["errors"])
             rows.append(row)
-            delta[row["id"]] = [values[11], values[12]]
+            delta[row["id"]] = list(values[_AT_ADDED:_AT_RELEASED])
         else:
-            fields = list(values[16:])
+            fields = list(values[_AT_WORKFLOW:])
             if isinstance(fields[_META], str):
                 fields[_META] = json.loads(fields[_META])
             counted.append(Workflow.from_db(using, _WORKFLOW_FIELDS, fields))
@@ -159,10 +161,13 @@ def count(frontier: list[Member], workflows: dict[uuid.UUID, list[int]], now: dt
 
 _WORKFLOW_FIELDS = [f.attname for f in Workflow._meta.concrete_fields]
 _META = _WORKFLOW_FIELDS.index("meta")
-
-
-def _statement(edges: str) -> str:
-    return on_live(_formatted(edges))
+# Where each part of a ``_PG_COUNT`` row starts: the kind, a step's fields, what was added
+# to its counters (dw, df), the released steps of one workflow (ids, names, queues), a
+# workflow's fields.
+_AT_ADDED = 1 + len(STEP_FIELDS)
+_AT_RELEASED = _AT_ADDED + 2
+_AT_WORKFLOW = _AT_RELEASED + 3
+_AT_WORKFLOW_ID = 1 + STEP_FIELDS.index("workflow_id")
 
 
 @functools.cache
