@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs
+from benchmarks.drains import drain, fill, order
 
-ORDER = ("direct", "pgbouncer", "pgbouncer", "direct")
+ORDER = tuple(order(2, ("direct", "pgbouncer")))  # direct, pgbouncer, pgbouncer, direct
 POOL_SIZE = 10  # server connections: as many as the worker's default concurrency
 
 
@@ -24,7 +25,6 @@ def phase_pgbouncer(size: dict[str, Any], progress: Any, log_dir: Path,
                     **_: Any) -> dict[str, Any]:
     from django.db import connection
 
-    from benchmarks.drains import drain, fill
     from tests.pgbouncer import PgBouncer, binary
 
     if connection.vendor != "postgresql":

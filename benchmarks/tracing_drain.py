@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dbs, tracing_sdk
+from benchmarks.drains import drain, fill, order
 
-ORDER = ("off", "on", "on", "off")
+ORDER = tuple(order(2, ("off", "on")))  # off, on, on, off
 
 
 def phase_tracing(size: dict[str, Any], progress: Any, log_dir: Path,
                   **_: Any) -> dict[str, Any]:
     from django.test import override_settings
-
-    from benchmarks.drains import drain, fill
 
     if not tracing_sdk.available():
         progress("tracing: skipped (opentelemetry-sdk is not installed)", final=True)
