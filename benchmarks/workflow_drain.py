@@ -22,6 +22,9 @@ from benchmarks.procs import Workers, tree_cpu_seconds
 
 KINDS = ("plain", "workflow")
 POLL = 0.02  # seconds between "done yet?" probes (the times come from the rows, not the poll)
+#: where a workflow drain's time goes (``_timings``): the root's pickup and run, the fan-out's
+#: release, the middle steps, the fan-in's release and run
+PHASES = ("root_s", "release_s", "middle_s", "fan_in_s")
 _PENDING = ("available", "scheduled", "claimed", "running", "retryable", "waiting", "held")
 
 
@@ -53,7 +56,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         rates = [run["rate"] for run in done]
         out[kind] = {"rate": statistics.median(rates) if rates else None, "rates": rates,
                      "timed_out": any(run["timed_out"] for run in done), "runs": done}
-        for key in ("worker_cpu_us_per_job", "db_cpu_us_per_job"):
+        for key in ("worker_cpu_us_per_job", "db_cpu_us_per_job", "seconds", *PHASES):
             values = [run[key] for run in done if run.get(key) is not None]
             if values:
                 out[kind][key] = statistics.median(values)
@@ -81,10 +84,20 @@ def phase_workflow(size: dict[str, Any], progress: Any, log_dir: Path,
         out[f"p{procs}"] = summary = summarise(runs)
         text = ", ".join(f"{kind} {summary[kind]['rate']:,.0f}" for kind in kinds)
         if summary["ratio"] is not None:
-            text += f"; workflow at {summary['ratio']:.0%} of plain"
+            text += f"; workflow at {summary['ratio']:.0%} of plain ({_where(summary)})"
         progress(f"workflow drain, {procs} proc (median jobs/s): {text}", final=True)
     _reset()
     return out
+
+
+def _where(summary: dict[str, Any]) -> str:
+    """Where the time went, as medians: the workflow's phases against the plain drain."""
+    workflow, plain = summary["workflow"], summary["plain"]
+    parts = [f"{name.removesuffix('_s').replace('_', '-')} {workflow[name]:.2f} s"
+             for name in PHASES if name in workflow]
+    if "seconds" in plain:
+        parts.append(f"plain jobs {plain['seconds']:.2f} s")
+    return ", ".join(parts)
 
 
 # -- one drain ------------------------------------------------------------------------------
@@ -191,11 +204,8 @@ def _timings(kind: str, n: int, committed: float, workflow_id: Any) -> dict[str,
             "status", flat=True).first()
         root, final = _epoch(ends.get("root")), _epoch(ends.get("final"))
         first_mid, last_mid = _epoch(middle["first"]), _epoch(middle["last"])
-        # where the time went: the root's pickup and run, the fan-out's release, the
-        # middle steps, and the fan-in's release and run
-        for name, start, end in (("root_s", committed, root), ("release_s", root, first_mid),
-                                 ("middle_s", first_mid, last_mid),
-                                 ("fan_in_s", last_mid, final)):
+        spans = ((committed, root), (root, first_mid), (first_mid, last_mid), (last_mid, final))
+        for name, (start, end) in zip(PHASES, spans, strict=True):
             if start is not None and end is not None:
                 out[name] = end - start
         last = final  # the clock stops at the final step, whatever else completed

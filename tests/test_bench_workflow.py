@@ -33,6 +33,25 @@ def test_summary_takes_the_median_of_each_kind_and_their_ratio():
     assert not summary["plain"]["timed_out"]
 
 
+def test_summary_says_where_the_workflow_time_went_against_the_plain_drain():
+    def timed(kind: str, seconds: float, **phases: float) -> dict:
+        return _run(kind, 10_000 / seconds) | {"seconds": seconds, **phases}
+
+    summary = workflow_drain.summarise({
+        "plain": [timed("plain", 0.40), timed("plain", 0.30), timed("plain", 0.35)],
+        "workflow": [timed("workflow", 0.6, root_s=0.01, release_s=0.12, middle_s=0.45,
+                           fan_in_s=0.02),
+                     timed("workflow", 0.7, root_s=0.03, release_s=0.14, middle_s=0.50,
+                           fan_in_s=0.03),
+                     timed("workflow", 0.5, root_s=0.02, release_s=0.10, middle_s=0.36,
+                           fan_in_s=0.02)]})
+    assert summary["workflow"]["release_s"] == pytest.approx(0.12)
+    assert summary["workflow"]["middle_s"] == pytest.approx(0.45)
+    assert summary["plain"]["seconds"] == pytest.approx(0.35)
+    assert workflow_drain._where(summary) == ("root 0.02 s, release 0.12 s, middle 0.45 s, "
+                                              "fan-in 0.02 s, plain jobs 0.35 s")
+
+
 def test_summary_of_plain_jobs_alone_has_no_ratio():
     # what a checkout from before workflows measures
     summary = workflow_drain.summarise({"plain": [_run("plain", 10_000)]})
