@@ -67,7 +67,7 @@ SET state = 'completed', completed_at = %s, result = v.result::jsonb,
     unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[], %s::text[]) AS v(id, lease, result)
 WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING} /*live:j*/
-RETURNING j.id::text
+RETURNING replace(j.id::text, '-', '')
 """
 
 _PG_COMPLETE_NO_RESULT = f"""
@@ -75,7 +75,7 @@ UPDATE kathikon_job AS j
 SET state = 'completed', completed_at = %s, result = NULL, unique_key = {_KEY}
 FROM unnest(%s::uuid[], %s::bigint[]) AS v(id, lease)
 WHERE j.id = v.id AND j.lease = v.lease AND {_EXECUTING} /*live:j*/
-RETURNING j.id::text
+RETURNING replace(j.id::text, '-', '')
 """
 
 
@@ -102,7 +102,8 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
     held: dict[uuid.UUID, dict[str, Any]] = {}
     # Workflow steps settle in the ack's own transaction; every other job skips that (an
     # attribute read here, no query).
-    steps = [ack for ack in acks if ack.job.workflow_id is not None]
+    steps = [(ack, workflow_id) for ack in acks
+             if (workflow_id := ack.job.workflow_id) is not None]
     if completed and not others and not holding and not steps and vendor.is_postgres():
         # The common batch: one UPDATE, atomic on its own, so no BEGIN/COMMIT round trips.
         acked.written = _complete_postgres(completed, now)
@@ -116,16 +117,17 @@ def write_acks(acks: Sequence[Ack], *, now: dt.datetime | None = None) -> Acked:
                     held[ack.job.id] = changes
             acked.written = _write(completed, others, now)
             if steps:
-                acked.settled = settle(step_members(
-                    (ack.job.id, ack.job.workflow_id, ack.state) for ack in steps
-                    if ack.job.id in acked.written and ack.state in TERMINAL_STATES), now=now)
+                written = acked.written
+                acked.settled = settle(step_members([
+                    (ack.job.id, workflow_id, ack.state) for ack, workflow_id in steps
+                    if ack.state in TERMINAL_STATES and ack.job.id in written]), now=now)
             woken = {ack.job.queue for ack in others  # snoozed or released: available now
                      if ack.state == JobState.AVAILABLE and ack.job.id in acked.written}
             notify.notify(notify.AVAILABLE, woken)
     acked.held = set(held)
     acked.written |= acked.held
     for ack in acks:
-        if ack.job.id in held:
+        if held and ack.job.id in held:
             for name, value in held[ack.job.id].items():
                 setattr(ack.job, name, value)
         elif ack.job.id in acked.written:
@@ -152,8 +154,9 @@ def _write(completed: list[Ack], others: list[Ack], now: dt.datetime) -> set[uui
 
 def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
     # ids and leases go as array literals ('{…}'): psycopg would dump Python lists element by
-    # element in Python; uuids and ints need no quoting.
-    texts = [str(ack.job.id) for ack in acks]
+    # element in Python; uuids and ints need no quoting. The ids as 32 hex digits (which
+    # PostgreSQL reads): ``UUID.hex`` takes a sixth of the time of ``str(uuid)``.
+    texts = [ack.job.id.hex for ack in acks]
     ids = "{" + ",".join(texts) + "}"
     leases = "{" + ",".join([str(int(ack.job.lease)) for ack in acks]) + "}"
     with prepared.cursor() as cursor:
@@ -162,8 +165,8 @@ def _complete_postgres(acks: Sequence[Ack], now: dt.datetime) -> set[uuid.UUID]:
         else:
             results = [None if ack.result is None else json.dumps(ack.result) for ack in acks]
             cursor.execute(on_live(_PG_COMPLETE), [now, ids, leases, results])
-        # The ids come back as text (PostgreSQL writes uuids as str() does): matched against
-        # the texts sent, no UUID is parsed per row.
+        # The ids come back as the same hex text: matched against the texts sent, no UUID
+        # is parsed per row.
         returned = {row[0] for row in cursor.fetchall()}
     return {ack.job.id for ack, text in zip(acks, texts, strict=True) if text in returned}
 
