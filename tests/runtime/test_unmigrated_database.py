@@ -63,7 +63,13 @@ def test_the_worker_says_to_migrate_and_exits_non_zero(worker_processes: Any,
     output = worker.log()
     assert code == NotMigrated.exit_code, output
     assert "run `python manage.py migrate`" in output
-    assert "retrying" not in output
+    retries = [line for line in output.splitlines() if "retrying" in line]
+    if connection.vendor == "sqlite":
+        # Two processes opening one new SQLite file at once (each switching it to WAL) may
+        # find it locked for a moment under load: the start-up's wait for the database,
+        # not a retry of the missing schema.
+        retries = [line for line in retries if "database is locked" not in line]
+    assert not retries, output
     assert "restarting" not in output
 
 
