@@ -47,6 +47,7 @@ from kathikon.storage.settled import (
     Member,
     Settled,
     step_members,
+    workflow_counts,
 )
 from kathikon.storage.uniques import key_after
 
@@ -68,7 +69,7 @@ def evaluate(step_ids: Sequence[uuid.UUID], *, now: dt.datetime | None = None) -
 
 def _propagate(frontier: list[Member], settled: Settled, now: dt.datetime) -> Settled:
     while frontier:
-        counts = _workflow_counts(frontier)
+        counts = workflow_counts(frontier)
         if vendor.is_postgres():  # steps 1-4 in one statement, the rows come back counted
             rows, delta, workflows = postgres.count(frontier, counts, now, settled)
             following = _move(rows, delta, now, settled, counted=True)
@@ -211,26 +212,6 @@ def dep_error(now: dt.datetime) -> dict[str, Any]:
 
 
 # -- workflows ------------------------------------------------------------------------------
-
-
-def _workflow_counts(frontier: list[Member]) -> dict[uuid.UUID, list[int]]:
-    """What the frontier changes on its workflows: ``{id: [unfinished, failed]}`` to add.
-
-    Grouped by the ids' integers: each step of an ack batch carries its own UUID object
-    for its workflow, and hashing and comparing UUIDs runs Python code (3x slower).
-    """
-    by_int: dict[int, list[Any]] = {}
-    for member in frontier:
-        parent = member.parent
-        if parent is None:
-            continue
-        sign = -1 if member.undo else 1
-        change = by_int.get(parent.int)
-        if change is None:
-            change = by_int[parent.int] = [parent, 0, 0]
-        change[1] -= sign
-        change[2] += sign * member.failed
-    return {parent: [unfinished, failed] for parent, unfinished, failed in by_int.values()}
 
 
 def _finish(rows: list[Workflow], delta: dict[uuid.UUID, list[int]], now: dt.datetime,

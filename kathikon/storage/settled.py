@@ -10,7 +10,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kathikon.models import Workflow
 from kathikon.states import JobState
@@ -73,3 +73,23 @@ def step_members(jobs: Iterable[tuple[uuid.UUID, uuid.UUID | None, str]]) -> lis
     new, failed = tuple.__new__, FAILED_STATES
     return [new(Member, (pk, workflow_id, state in failed, False, False))
             for pk, workflow_id, state in jobs if workflow_id is not None]
+
+
+def workflow_counts(frontier: list[Member]) -> dict[uuid.UUID, list[int]]:
+    """What the frontier changes on its workflows: ``{id: [unfinished, failed]}`` to add.
+
+    Grouped by the ids' integers: each step of an ack batch carries its own UUID object
+    for its workflow, and hashing and comparing UUIDs runs Python code (3x slower).
+    """
+    by_int: dict[int, list[Any]] = {}
+    for member in frontier:
+        parent = member.parent
+        if parent is None:
+            continue
+        sign = -1 if member.undo else 1
+        change = by_int.get(parent.int)
+        if change is None:
+            change = by_int[parent.int] = [parent, 0, 0]
+        change[1] -= sign
+        change[2] += sign * member.failed
+    return {parent: [unfinished, failed] for parent, unfinished, failed in by_int.values()}

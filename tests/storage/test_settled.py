@@ -1,12 +1,11 @@
-"""kathikon.storage.settled and the settle's workflow counts: the members an ack batch makes."""
+"""kathikon.storage.settled: the members an ack batch makes, and their workflow counts."""
 
 from __future__ import annotations
 
 import uuid
 
 from kathikon.states import JobState
-from kathikon.storage.settle import _workflow_counts
-from kathikon.storage.settled import Member, step_members
+from kathikon.storage.settled import Member, step_members, workflow_counts
 
 
 def test_step_members_are_the_members_their_fields_name():
@@ -24,4 +23,4 @@ def test_workflow_counts_group_equal_ids_held_by_distinct_uuid_objects():
     frontier += [Member(uuid.uuid4(), uuid.UUID(workflow.hex), True),
                  Member(uuid.uuid4(), other, True, undo=True),
                  Member(uuid.uuid4(), None, False)]
-    assert _workflow_counts(frontier) == {workflow: [-4, 1], other: [1, -1]}
+    assert workflow_counts(frontier) == {workflow: [-4, 1], other: [1, -1]}
