@@ -12,12 +12,12 @@ import datetime as dt
 import functools
 import json
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from kathikon.models import Workflow
 from kathikon.states import JobState
 from kathikon.storage import prepared, vendor
+from kathikon.storage.literals import int_array, uuid_array
 from kathikon.storage.partitions import on_live
 from kathikon.storage.settled import Member, Settled
 from kathikon.storage.uniques import key_after_sql
@@ -126,11 +126,11 @@ def count(frontier: list[Member], workflows: dict[uuid.UUID, list[int]], now: dt
     sql = on_live(_formatted(" UNION ALL ".join(parts)))
     ids = sorted(workflows)
     arguments: dict[str, Any] = {
-        "ids": _uuids([m.id for m in frontier]),
-        "failed": _ints([int(m.failed) for m in frontier]),
-        "sign": _ints([-1 if m.undo else 1 for m in frontier]), "now": now,
-        "workflows": _uuids(ids), "unfinished": _ints([workflows[pk][0] for pk in ids]),
-        "workflows_failed": _ints([workflows[pk][1] for pk in ids])}
+        "ids": uuid_array([m.id for m in frontier]),
+        "failed": int_array([int(m.failed) for m in frontier]),
+        "sign": int_array([-1 if m.undo else 1 for m in frontier]), "now": now,
+        "workflows": uuid_array(ids), "unfinished": int_array([workflows[pk][0] for pk in ids]),
+        "workflows_failed": int_array([workflows[pk][1] for pk in ids])}
     with prepared.cursor() as cursor:
         cursor.execute(sql, arguments)
         found = cursor.fetchall()
@@ -182,16 +182,6 @@ def _formatted(edges: str) -> str:
         # typed: a column NULL in the first two branches would be text in the third
         workflow_nulls=", ".join(f"(NULL::kathikon_workflow).{name}"
                                  for name in _WORKFLOW_FIELDS))
-
-
-def _uuids(values: Sequence[uuid.UUID]) -> str:
-    """An array literal (``'{…}'``) of uuids as 32 hex digits, which PostgreSQL reads:
-    psycopg would dump a Python list element by element in Python; these need no quoting."""
-    return "{" + ",".join([value.hex for value in values]) + "}"
-
-
-def _ints(values: Sequence[int]) -> str:
-    return "{" + ",".join(map(str, values)) + "}"
 
 
 __all__ = ["STEP_FIELDS", "count"]

@@ -31,6 +31,7 @@ from kathikon.states import PENDING_STATES, TERMINAL_STATES, JobState
 from kathikon.storage import notify, prepared, vendor
 from kathikon.storage.events import record_event, record_events
 from kathikon.storage.inserts import insert_jobs
+from kathikon.storage.literals import uuid_array
 from kathikon.storage.schema import explain_missing_schema
 from kathikon.storage.settle import (
     CANCEL,
@@ -251,11 +252,11 @@ def _name_steps(rows: Sequence[JobRow]) -> None:
     with prepared.cursor() as cursor:
         for start in range(0, len(steps), _NAME_CHUNK):
             chunk = steps[start:start + _NAME_CHUNK]
-            # ids as array literals of 32 hex digits: psycopg would dump a list of UUIDs
-            # element by element in Python; names may need quoting, so they go as a list.
+            # ids as array literals (kathikon.storage.literals); names may need quoting,
+            # so they go as a list.
             cursor.execute(_PG_NAME_STEPS, [
-                "{" + ",".join(pk.hex for pk, _, _ in chunk) + "}",
-                "{" + ",".join(workflow_id.hex for _, workflow_id, _ in chunk) + "}",
+                uuid_array([pk for pk, _, _ in chunk]),
+                uuid_array([workflow_id for _, workflow_id, _ in chunk]),
                 [step for _, _, step in chunk]])
 
 
