@@ -41,7 +41,14 @@ STEP_FIELDS = ("id", "state", "deps_waiting", "deps_failed", "on_dep_failure", "
 #   planner knows) and unnested again: an unnest of arrays it cannot see is estimated at
 #   ten rows, so each waiting step is found by its primary key, in id order (the lock
 #   order). A join of ``c`` with another CTE instead is planned from its estimate as a
-#   nested loop of scans, which for a fan-out of 10,000 took 20 s.
+#   nested loop of scans, which for a fan-out of 10,000 took 20 s;
+# - the waiting steps' state test is written ``(j.state || '') IN (…)``, which no index
+#   serves: with ``j.state IN`` and statistics from an ANALYZE that saw no waiting step
+#   (a site's first workflow, or a table analyzed while only plain jobs waited), the
+#   planner expects one waiting row, reads the waiting steps by ``kathikon_job_queue_state``
+#   and unnests the whole array again for each of them: 141 s for a fan-out of 10,000,
+#   an ack that never commits (the acker's watchdog restarts the worker, the rescued
+#   step's ack does the same again).
 #
 # Every SET reads the target row ``j`` itself, never a copy of it read by a CTE: a second
 # transaction that waited for the row's lock re-reads the row as the first one left it,
@@ -78,7 +85,7 @@ u AS (
                           WHEN j.available_at > %(now)s THEN {key_scheduled}
                           ELSE {key_available} END
     FROM c CROSS JOIN LATERAL unnest(c.ids, c.dw, c.df) AS s(id, dw, df)
-    WHERE j.id = s.id AND j.state IN ('waiting', 'held', 'cancelled') /*live:j*/
+    WHERE j.id = s.id AND (j.state || '') IN ('waiting', 'held', 'cancelled') /*live:j*/
     RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
               j.workflow_id, j.step, j.errors, j.available_at, s.dw, s.df),
 v AS (SELECT * FROM unnest(%(workflows)s::uuid[], %(unfinished)s::int[],

@@ -17,10 +17,12 @@ import signal
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 import kathikon
 from kathikon import Workflow
@@ -115,6 +117,37 @@ def test_a_10000_wide_fan_in_is_released_exactly_once(worker_processes, tmp_path
                message="the 10,000-wide fan-in to finish")
     print(f"10,001 steps under 4 processes in {time.monotonic() - started:.1f}s")
     assert_ran_once_after_all(log, wf, 10_001)
+
+
+@pytest.fixture
+def statistics_without_waiting_steps(postgres_only: None, transactional_db: Any) -> Iterator[None]:
+    """The job table's statistics from an ANALYZE that saw only plain jobs waiting (a site
+    before its first workflow); the table's own statistics are dropped again afterwards."""
+    kathikon.insert_many([(Witness, {"log": "/dev/null"}) for _ in range(300)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE kathikon_job")
+    Job.objects.all().delete()
+    yield
+    with connection.cursor() as cursor:  # as a new table has them: none (the user is the
+        # test server's superuser)
+        cursor.execute("DELETE FROM pg_statistic WHERE starelid = 'kathikon_job'::regclass")
+
+
+def test_a_wide_fan_out_is_released_at_once_whatever_the_statistics_say(
+        statistics_without_waiting_steps, worker_processes, tmp_path):
+    # With those statistics the settling statement once read the waiting steps by their
+    # state index and unnested every released id again for each: the ack of the root
+    # (141 s for 10,000 steps) outlived RESCUE_AFTER, the worker exited, the rescued root
+    # ran and acked the same way again.
+    log = tmp_path / "runs.log"
+    wf = fan(log, 10_000, "stale-statistics")
+    started = time.monotonic()
+    worker_processes.start_many(2, settings=SETTINGS)
+    wait_until(lambda: finished(wf), timeout=90, interval=0.5,
+               message="the 10,000-wide fan-out to finish")
+    print(f"10,002 steps under 2 processes in {time.monotonic() - started:.1f}s")
+    assert not JobEvent.objects.filter(kind="rescued").exists()
+    assert_ran_once_after_all(log, wf, 10_002)
 
 
 def test_kill_9_in_the_middle_loses_and_doubles_no_step(worker_processes, tmp_path):
