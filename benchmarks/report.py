@@ -196,8 +196,12 @@ def _partitioned(what: str) -> Callable[[dict[str, Any]], str]:
             return (f"{_rate(full['rate'])} vs {_rate(empty['rate'])} empty "
                     f"({result['drain_ratio']:.0%}; plain empty {_rate(plain)})")
         if what == "claim":
-            return (f"{full['claim_ms_median']:.2f} vs {empty['claim_ms_median']:.2f} ms "
-                    f"({result['claim_ratio']:.2f}x)")
+            text = (f"{full['claim_ms_median']:.2f} vs {empty['claim_ms_median']:.2f} ms "
+                    f"({result['claim_ratio']:.2f}x")
+            if result.get("claim_work_paired_ratio") is not None:  # runs from 2026-12-07 on
+                text += (f"; paired {result['claim_paired_ratio']:.2f}x, without the commit's "
+                         f"flush {result['claim_work_paired_ratio']:.2f}x")
+            return text + ")"
         if what == "prune":
             return f"{_count(result['prune']['rows'])} jobs in {result['prune']['seconds']:.3f} s"
         if "churn_plain" not in result:
