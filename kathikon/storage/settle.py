@@ -44,6 +44,7 @@ from kathikon.storage.settled import (
     HOLD,
     POLICIES,
     RUN,
+    TOUCHED_STATES,
     Member,
     Settled,
     step_members,
@@ -52,7 +53,6 @@ from kathikon.storage.settled import (
 from kathikon.storage.uniques import key_after
 
 _CHUNK = 1000  # ids per IN (…): SQLite binds at most 32,766 parameters
-_TOUCHED = (JobState.WAITING, JobState.HELD, JobState.CANCELLED)  # steps whose counters matter
 
 
 def settle(members: Sequence[Member], *, now: dt.datetime | None = None) -> Settled:
@@ -121,7 +121,7 @@ def _edges(frontier: list[Member]) -> list[tuple[uuid.UUID, uuid.UUID | None, uu
 def _lock_steps(ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for chunk in _chunks(sorted(ids)):
-        rows += list(_jobs().select_for_update().filter(id__in=chunk, state__in=_TOUCHED)
+        rows += list(_jobs().select_for_update().filter(id__in=chunk, state__in=TOUCHED_STATES)
                      .order_by("id").values(*STEP_FIELDS))
     return rows
 

@@ -17,9 +17,10 @@ from typing import Any
 from kathikon.models import Workflow
 from kathikon.states import JobState
 from kathikon.storage import prepared, vendor
+from kathikon.storage.fragments import state_in_by_key
 from kathikon.storage.literals import int_array, uuid_array
 from kathikon.storage.partitions import on_live
-from kathikon.storage.settled import Member, Settled
+from kathikon.storage.settled import TOUCHED_STATES, Member, Settled
 from kathikon.storage.uniques import key_after_sql
 
 STEP_FIELDS = ("id", "state", "deps_waiting", "deps_failed", "on_dep_failure", "queue",
@@ -42,8 +43,8 @@ STEP_FIELDS = ("id", "state", "deps_waiting", "deps_failed", "on_dep_failure", "
 #   ten rows, so each waiting step is found by its primary key, in id order (the lock
 #   order). A join of ``c`` with another CTE instead is planned from its estimate as a
 #   nested loop of scans, which for a fan-out of 10,000 took 20 s;
-# - the waiting steps' state test is written ``(j.state || '') IN (…)``, which no index
-#   serves: with ``j.state IN`` and statistics from an ANALYZE that saw no waiting step
+# - the waiting steps' state test is one no index serves (``fragments.state_in_by_key``):
+#   with a plain ``j.state IN`` and statistics from an ANALYZE that saw no waiting step
 #   (a site's first workflow, or a table analyzed while only plain jobs waited), the
 #   planner expects one waiting row, reads the waiting steps by ``kathikon_job_queue_state``
 #   and unnests the whole array again for each of them: 141 s for a fan-out of 10,000,
@@ -85,7 +86,7 @@ u AS (
                           WHEN j.available_at > %(now)s THEN {key_scheduled}
                           ELSE {key_available} END
     FROM c CROSS JOIN LATERAL unnest(c.ids, c.dw, c.df) AS s(id, dw, df)
-    WHERE j.id = s.id AND (j.state || '') IN ('waiting', 'held', 'cancelled') /*live:j*/
+    WHERE j.id = s.id AND {touched} /*live:j*/
     RETURNING j.id, j.state, j.deps_waiting, j.deps_failed, j.on_dep_failure, j.queue,
               j.workflow_id, j.step, j.errors, j.available_at, s.dw, s.df),
 v AS (SELECT * FROM unnest(%(workflows)s::uuid[], %(unfinished)s::int[],
@@ -181,7 +182,7 @@ _AT_WORKFLOW_ID = 1 + STEP_FIELDS.index("workflow_id")
 def _formatted(edges: str) -> str:
     """``_PG_COUNT`` for these edges, written once (psycopg prepares each text once)."""
     return _PG_COUNT.format(
-        edges=edges, released=_PG_RELEASED,
+        edges=edges, released=_PG_RELEASED, touched=state_in_by_key("j", TOUCHED_STATES),
         key_scheduled=key_after_sql(JobState.SCHEDULED, "j"),
         key_available=key_after_sql(JobState.AVAILABLE, "j"),
         workflow_columns=", ".join(f"w.{name}" for name in _WORKFLOW_FIELDS),

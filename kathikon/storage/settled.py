@@ -18,6 +18,8 @@ from kathikon.states import JobState
 CANCEL, RUN, HOLD = "cancel", "run", "hold"
 POLICIES = (CANCEL, RUN, HOLD)
 FAILED_STATES = (JobState.DEAD, JobState.CANCELLED)
+#: The states of the steps whose counters a settle changes.
+TOUCHED_STATES = (JobState.WAITING, JobState.HELD, JobState.CANCELLED)
 #: The error a step cancelled by its policy carries: a retry of the failed dependency
 #: restores exactly these steps (a person's cancel writes no error).
 DEP_FAILED = "kathikon.DependencyFailed"
