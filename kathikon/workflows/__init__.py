@@ -41,6 +41,7 @@ is written), ``InvalidJob`` (a bad step), ``WorkflowFinished``,
 
 from __future__ import annotations
 
+from kathikon.storage.workflows import MAX_DEPENDENTS
 from kathikon.workflows.builder import StepRef, Workflow
 from kathikon.workflows.graph import MAX_STEPS
 from kathikon.workflows.ops import (
@@ -52,5 +53,5 @@ from kathikon.workflows.ops import (
     release,
 )
 
-__all__ = ["MAX_STEPS", "StepInfo", "StepRef", "Workflow", "WorkflowInfo", "cancel", "fetch",
-           "list_workflows", "release"]
+__all__ = ["MAX_DEPENDENTS", "MAX_STEPS", "StepInfo", "StepRef", "Workflow", "WorkflowInfo",
+           "cancel", "fetch", "list_workflows", "release"]

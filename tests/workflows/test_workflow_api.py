@@ -185,6 +185,48 @@ def test_too_many_steps_is_a_clear_error_and_writes_nothing(monkeypatch):
     assert not kathikon.Job.objects.exists()
 
 
+def test_a_dependency_takes_at_most_max_dependents_over_every_insert_and_append(monkeypatch):
+    """Its dependents are released in the transaction of its ack, so their number is bounded
+    (kathikon.workflows.MAX_DEPENDENTS): an insert or append past it writes nothing."""
+    from kathikon.storage import workflows as store
+
+    monkeypatch.setattr(store, "MAX_DEPENDENTS", 3)
+    with pytest.raises(kathikon.InvalidWorkflow, match="would have 4 steps waiting on it"):
+        too_wide = Workflow("too-wide")
+        too_wide.add("root", Plain, {})
+        for i in range(4):
+            too_wide.add(f"s{i}", Plain, {}, deps=["root"])
+        too_wide.insert()
+    assert not WorkflowRow.objects.exists()
+    wf = Workflow("wide")
+    wf.add("root", Plain, {"value": 1})
+    wf.add("a", Plain, {}, deps=["root"])
+    wf.add("b", Plain, {}, deps=["root"])
+    wf.insert()
+    wf.append("c", Plain, {}, deps=["root"])  # the third: still allowed
+    for attempt in (lambda: wf.append("d", Plain, {}, deps=["root"]),
+                    lambda: _depending_on(wf.step("root"), "other")):
+        with pytest.raises(kathikon.InvalidWorkflow, match=r"root' .* would have 4 steps"):
+            attempt()
+    assert sorted(states(wf)) == ["a", "b", "c", "root"]
+    assert WorkflowRow.objects.get(pk=wf.id).steps_total == 4
+    assert not WorkflowRow.objects.filter(name="other").exists()
+    for i in range(3):  # a whole workflow as the dependency: the same bound
+        _depending_on(wf, f"after-{i}")
+    with pytest.raises(kathikon.InvalidWorkflow, match="would have 4 steps"):
+        _depending_on(wf, "after-3")
+    drain_queue("default", with_recursion=True)
+    assert set(states(wf).values()) == {"completed"}
+    assert WorkflowRow.objects.filter(name__startswith="after-", status="completed").count() == 3
+
+
+def _depending_on(dep: object, name: str) -> Workflow:
+    other = Workflow(name)
+    other.add("x", Plain, {}, deps=[dep])
+    other.insert()
+    return other
+
+
 def test_a_django_task_is_a_step():
     from tests.ecosystem.tasks import add
 
