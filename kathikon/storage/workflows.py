@@ -227,23 +227,18 @@ def _check_fan_out(plan: Plan, new: set[uuid.UUID]) -> None:
     """Refuse the plan if a step or workflow would have more than :data:`MAX_DEPENDENTS`
     dependents, counting those it has already (an outside dependency is locked by now, so
     no other insert adds to it meanwhile)."""
+    total: Counter[uuid.UUID] = Counter()
+    names: dict[uuid.UUID, str] = {}
     outside: dict[str, set[uuid.UUID]] = {"dep_job_id": set(), "dep_workflow_id": set()}
     for deps in plan.deps.values():
         for dep in deps:
-            if dep.job_id is not None and dep.job_id not in new:
-                outside["dep_job_id"].add(dep.job_id)
-            elif dep.workflow_id is not None and dep.workflow_id not in new:
-                outside["dep_workflow_id"].add(dep.workflow_id)
-    if not any(outside.values()) and len(plan.rows) <= MAX_DEPENDENTS:
-        return  # a step or sub-workflow of this insert: one dependent at most per other row
-    total: Counter[uuid.UUID] = Counter()
-    names: dict[uuid.UUID, str] = {}
-    for deps in plan.deps.values():
-        for dep in deps:
             key = dep.job_id or dep.workflow_id
-            if key is not None:
-                total[key] += 1
-                names.setdefault(key, dep.name)
+            if key is None:
+                continue
+            total[key] += 1
+            names.setdefault(key, dep.name)
+            if key not in new:
+                outside["dep_job_id" if dep.job_id else "dep_workflow_id"].add(key)
     for column, ids in outside.items():
         if ids:
             total.update(dict(_deps().filter(**{f"{column}__in": sorted(ids)}).order_by()
